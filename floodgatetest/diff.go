@@ -1,0 +1,228 @@
+package floodgatetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+)
+
+// A Chooser supplies the choices of a differential run: a seeded random
+// source (RandChooser) or the bytes of a fuzz input (ByteChooser).
+type Chooser interface {
+	// IntN returns a choice in [0, n); 0 when n ≤ 1.
+	IntN(n int64) int64
+	// Done reports that a byte chooser has run out of input.
+	Done() bool
+}
+
+// RandChooser makes choices from a seeded generator.
+type RandChooser struct{ R *rand.Rand }
+
+func (c RandChooser) IntN(n int64) int64 {
+	if n <= 1 {
+		return 0
+	}
+	return c.R.Int64N(n)
+}
+
+func (RandChooser) Done() bool { return false }
+
+// ByteChooser makes choices from fuzz input, two bytes at a time; when the
+// input runs out every choice is 0 and Done reports true.
+type ByteChooser struct {
+	B []byte
+	i int
+}
+
+func (c *ByteChooser) IntN(n int64) int64 {
+	if n <= 1 {
+		return 0
+	}
+	if c.i+1 >= len(c.B) {
+		c.i = len(c.B)
+		return 0
+	}
+	v := int64(c.B[c.i])<<8 | int64(c.B[c.i+1])
+	c.i += 2
+	return v % n
+}
+
+func (c *ByteChooser) Done() bool { return c.i >= len(c.B) }
+
+func pick[T any](c Chooser, xs ...T) T { return xs[c.IntN(int64(len(xs)))] }
+
+// RandomPolicy returns a valid policy of any algorithm with small,
+// varied parameters (maxima from 0, several limits, resolutions that do or
+// do not divide windows, fractional AR(1) maxima, count_denied on and off),
+// named name.
+func RandomPolicy(c Chooser, name string) floodgate.Policy {
+	dur := func() time.Duration {
+		return pick(c, time.Millisecond, 3*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond,
+			250*time.Millisecond, time.Second, 3*time.Second, 10*time.Second, time.Minute)
+	}
+	p := floodgate.Policy{Name: name}
+	switch pick(c, floodgate.Algorithms()...) {
+	case floodgate.SlidingWindow:
+		p.Algorithm = floodgate.SlidingWindow
+		for i := int64(0); i <= c.IntN(3); i++ {
+			w := dur()
+			res := w / time.Duration(pick[int64](c, 1, 2, 3, 4, 10))
+			res -= res % time.Microsecond
+			if res <= 0 {
+				res = w
+			}
+			p.Limits = append(p.Limits, floodgate.Limit{Max: float64(c.IntN(7)), Window: w, Resolution: res})
+		}
+	case floodgate.AR1:
+		p.Algorithm = floodgate.AR1
+		for i := int64(0); i <= c.IntN(3); i++ {
+			p.Limits = append(p.Limits, floodgate.Limit{
+				Max:        pick(c, 0, 1, 1.2, 2, 2.5, 3, 5, 10),
+				Resolution: dur(),
+				Decay:      pick(c, 1.1, 1.5, 2, 4),
+			})
+		}
+	case floodgate.FixedWindow:
+		p.Algorithm = floodgate.FixedWindow
+		p.Max, p.Window = c.IntN(7), dur()
+		p.Align = pick(c, floodgate.AlignEpoch, floodgate.AlignFirst)
+	case floodgate.TokenBucket:
+		p.Algorithm = floodgate.TokenBucket
+		p.Max = 1 + c.IntN(8)
+		p.Burst = 1 + c.IntN(p.Max)
+		p.Window = dur()
+	case floodgate.SlidingLog:
+		p.Algorithm = floodgate.SlidingLog
+		p.Max, p.Interval = 1+c.IntN(6), dur()
+		p.MinInterval = pick(c, 0, 0, p.Interval/10, p.Interval/3, p.Interval)
+		p.MinInterval -= p.MinInterval % time.Microsecond
+	case floodgate.GCRA:
+		p.Algorithm = floodgate.GCRA
+		count := 1 + c.IntN(7)
+		period := max(dur(), time.Duration(count)*time.Microsecond)
+		p.Rate = floodgate.Per(count, period)
+		p.Burst = 1 + c.IntN(5)
+	}
+	p.CountDenied = pick(c, floodgate.Default, floodgate.On, floodgate.Off)
+	return p
+}
+
+// Op is one operation of a differential run.
+type Op struct {
+	AtMicros int64
+	Key      string
+	N        int64
+	Kind     string // "add", "peek" or "reset"
+}
+
+func (o Op) String() string {
+	if o.Kind == "reset" {
+		return fmt.Sprintf("at %d reset %q", o.AtMicros, o.Key)
+	}
+	return fmt.Sprintf("at %d %s %q n=%d", o.AtMicros, o.Kind, o.Key, o.N)
+}
+
+// DiffKeys are the keys of differential runs: look-alikes that must stay
+// independent, and bytes a hash tag could trip on.
+var DiffKeys = []string{"a", "{a}", "a}", "{}", "}{", "a:b", "ü", "\x00\xff", strings.Repeat("k", 300)}
+
+// diffKey tracks what the driver knows of one key: the clock may go back
+// only while its state has not been seen empty (SPEC.md rule 1 lets stores
+// differ past that moment).
+type diffKey struct {
+	recorded bool
+	tlast    int64 // the effective time of the last recording add
+	expires  int64 // when its state empties
+}
+
+// Differential applies the same random operations to two stores that share
+// clock and fails at the first decision on which they disagree, reporting
+// the policy and the key's history. It steps the clock forwards (0, tiny,
+// across windows) and backwards (only where rule 1 makes the answer
+// defined), peeks, resets and adds costs from 1 to beyond the max. It
+// returns the number of operations run.
+func Differential(t testing.TB, c Chooser, a, b floodgate.Store, clock *ManualClock, name string, ops int) int {
+	t.Helper()
+	ctx := context.Background()
+	p := RandomPolicy(c, name)
+	if err := p.Validate(); err != nil {
+		t.Fatalf("RandomPolicy made an invalid policy: %v", err)
+	}
+	keys := map[string]*diffKey{}
+	var history []Op
+	now := BaseMicros + c.IntN(1_000_000_000)
+	seen := now
+	ran := 0
+	for i := 0; i < ops && !c.Done(); i++ {
+		key := pick(c, DiffKeys[:1+c.IntN(int64(len(DiffKeys)))]...)
+		k := keys[key]
+		if k == nil {
+			k = &diffKey{}
+			keys[key] = k
+		}
+		switch c.IntN(10) {
+		case 0, 1, 2: // same µs
+		case 3, 4:
+			now += c.IntN(1000)
+		case 5, 6, 7:
+			now += c.IntN(3_000_000)
+		case 8:
+			now += c.IntN(200_000_000)
+		case 9:
+			now -= c.IntN(2_000_000)
+		}
+		// The clock is shared: it may be behind from another key's step.
+		// This key may step back only while its state has not been seen
+		// empty (stores may have forgotten it since, rule 1).
+		if now < seen && k.recorded && seen >= k.expires {
+			now = seen
+		}
+		if now > seen {
+			seen = now
+		}
+		clock.SetMicros(now)
+		op := Op{AtMicros: now, Key: key, Kind: pick(c, "add", "add", "add", "add", "peek", "reset")}
+		op.N = pick(c, 1, 1, 1, 2, 3, 1+c.IntN(12), floodgate.MaxCost)
+		history = append(history, op)
+		ran++
+		if op.Kind == "reset" {
+			for _, s := range []floodgate.Store{a, b} {
+				if err := s.Reset(ctx, &p, key); err != nil {
+					t.Fatalf("%s: Reset: %v", p.String(), err)
+				}
+			}
+			*k = diffKey{}
+			continue
+		}
+		req := floodgate.Request{Policy: &p, Key: key, N: op.N, Peek: op.Kind == "peek"}
+		da, errA := a.Take(ctx, req)
+		db, errB := b.Take(ctx, req)
+		if errA != nil || errB != nil || da != db {
+			t.Fatalf("stores disagree on %s (count_denied %v), key %q:\n%s  first:  %v (err %v)\n  second: %v (err %v)",
+				p.String(), p.CountsDenied(), key, describe(history, key), da, errA, db, errB)
+		}
+		if !req.Peek && (da.Allowed || p.CountsDenied()) {
+			eff := now // rule 1: a step before t_last happens at t_last
+			if k.recorded && k.tlast > now {
+				eff = k.tlast
+			}
+			*k = diffKey{recorded: true, tlast: eff, expires: eff + int64(da.ResetAfter/time.Microsecond)}
+		}
+	}
+	return ran
+}
+
+func describe(history []Op, key string) string {
+	var b strings.Builder
+	for _, op := range history {
+		if op.Key == key {
+			fmt.Fprintf(&b, "  %v\n", op)
+		}
+	}
+	return b.String()
+}

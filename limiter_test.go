@@ -1,0 +1,172 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/memstore"
+)
+
+// waitFixture returns a limiter on a memstore with a manual clock, whose
+// Wait sleeps by moving that clock and records every sleep.
+func waitFixture(t *testing.T, text string) (*floodgate.Limiter, *floodgatetest.ManualClock, *[]time.Duration) {
+	t.Helper()
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	store, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	lim, err := floodgate.NewLimiter(store, mustParse(t, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sleeps []time.Duration
+	// Deadlines are real time; sleeping moves the store's clock.
+	floodgate.SetWaitHooks(lim, time.Now, func(ctx context.Context, d time.Duration) error {
+		sleeps = append(sleeps, d)
+		clock.Advance(d)
+		return ctx.Err()
+	})
+	return lim, clock, &sleeps
+}
+
+func TestWaitSleepsRetryAfter(t *testing.T) {
+	lim, clock, sleeps := waitFixture(t, "gcra 2/1s burst 1")
+	ctx := context.Background()
+	start := clock.Micros()
+	for i := 0; i < 4; i++ {
+		d, err := lim.Wait(ctx, "k")
+		if err != nil || !d.Allowed {
+			t.Fatalf("Wait #%d = %v, %v", i, d, err)
+		}
+	}
+	want := []time.Duration{500 * time.Millisecond, 500 * time.Millisecond, 500 * time.Millisecond}
+	if !reflect.DeepEqual(*sleeps, want) {
+		t.Errorf("sleeps %v, want %v", *sleeps, want)
+	}
+	if got := clock.Micros() - start; got != 1_500_000 {
+		t.Errorf("4 waits at 2/s took %d µs, want 1500000", got)
+	}
+}
+
+func TestWaitRetriesWhenOvertaken(t *testing.T) {
+	lim, clock, sleeps := waitFixture(t, "fixed_window 1/10s")
+	ctx := context.Background()
+	lim.Allow(ctx, "k")
+	// Another client takes the next window's unit while we sleep.
+	floodgate.SetWaitHooks(lim, time.Now, func(ctx context.Context, d time.Duration) error {
+		*sleeps = append(*sleeps, d)
+		clock.Advance(d)
+		if len(*sleeps) == 1 {
+			lim.Allow(ctx, "k")
+		}
+		return nil
+	})
+	d, err := lim.Wait(ctx, "k")
+	if err != nil || !d.Allowed {
+		t.Fatalf("Wait = %v, %v", d, err)
+	}
+	if want := []time.Duration{10 * time.Second, 10 * time.Second}; !reflect.DeepEqual(*sleeps, want) {
+		t.Errorf("sleeps %v, want %v", *sleeps, want)
+	}
+}
+
+func TestWaitRefusesAtOnce(t *testing.T) {
+	lim, _, sleeps := waitFixture(t, "token_bucket 10/1m burst 2")
+	ctx := context.Background()
+
+	d, err := lim.WaitN(ctx, "k", 3) // more than burst: never
+	if !errors.Is(err, floodgate.ErrNeverAllowed) || d.RetryAfter != floodgate.Never {
+		t.Errorf("WaitN(3) with burst 2 = %v, %v; want ErrNeverAllowed", d, err)
+	}
+
+	lim.AllowN(ctx, "k", 2)
+	short, cancel := context.WithTimeout(ctx, time.Second) // refill takes 7.5s
+	defer cancel()
+	d, err = lim.Wait(short, "k")
+	if !errors.Is(err, floodgate.ErrWouldExceedDeadline) || d.Allowed {
+		t.Errorf("Wait with 1s left = %v, %v; want ErrWouldExceedDeadline", d, err)
+	}
+
+	done, cancel2 := context.WithCancel(ctx)
+	cancel2()
+	if _, err := lim.Wait(done, "k"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait with a canceled context: %v", err)
+	}
+	if _, err := lim.WaitN(ctx, "k", 0); !errors.Is(err, floodgate.ErrInvalidCost) {
+		t.Errorf("WaitN(0): %v, want ErrInvalidCost", err)
+	}
+	if len(*sleeps) != 0 {
+		t.Errorf("refusals slept %v", *sleeps)
+	}
+}
+
+func TestWaitRealTimer(t *testing.T) {
+	store, _ := memstore.New()
+	defer store.Close()
+	lim, _ := floodgate.NewLimiter(store, floodgate.Policy{Name: "real", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(100), Burst: 1})
+	ctx := context.Background()
+	lim.Allow(ctx, "k")
+	if d, err := lim.Wait(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("Wait = %v, %v", d, err)
+	}
+	// A context canceled during the sleep ends it.
+	lim2, _ := floodgate.NewLimiter(store, floodgate.Policy{Name: "slow", Algorithm: floodgate.GCRA, Rate: floodgate.PerHour(1), Burst: 1})
+	lim2.Allow(ctx, "k")
+	c, cancel := context.WithCancel(ctx)
+	time.AfterFunc(10*time.Millisecond, cancel)
+	if _, err := lim2.Wait(c, "k"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait canceled while sleeping: %v", err)
+	}
+}
+
+func TestAllowNSeedForms(t *testing.T) {
+	lim, _, _ := waitFixture(t, "fixed_window 3/1m")
+	ctx := context.Background()
+	lim.AllowN(ctx, "k", 2)
+	peek, err := lim.AllowN(ctx, "k", 0)
+	if err != nil || !peek.Allowed || peek.Remaining != 0 {
+		t.Errorf("AllowN(0) = %v, %v; want a peek of 1 (allowed, remaining 0)", peek, err)
+	}
+	if d, _ := lim.Peek(ctx, "k", 1); d != peek {
+		t.Errorf("AllowN(0) %v differs from Peek(1) %v", peek, d)
+	}
+	reset, err := lim.AllowN(ctx, "k", -1)
+	if err != nil || !reset.Allowed || reset.Remaining != 2 || reset.ResetAfter != time.Minute-time.Duration(floodgatetest.BaseMicros%60_000_000)*time.Microsecond {
+		t.Errorf("AllowN(-1) = %v, %v; want a reset key's peek (remaining 2)", reset, err)
+	}
+	if d, _ := lim.Allow(ctx, "k"); d.Remaining != 2 {
+		t.Errorf("after the reset: %v", d)
+	}
+}
+
+func TestNewLimiter(t *testing.T) {
+	store, _ := memstore.New()
+	defer store.Close()
+	if _, err := floodgate.NewLimiter(nil, mustParse(t, "1/1s")); err == nil {
+		t.Error("NewLimiter(nil store) succeeded")
+	}
+	if _, err := floodgate.NewLimiter(store, floodgate.Policy{Name: "p"}); !errors.Is(err, floodgate.ErrInvalidPolicy) {
+		t.Errorf("NewLimiter(invalid policy): %v", err)
+	}
+	p := mustParse(t, "sliding_window 2/1s resolution 100ms")
+	lim, err := floodgate.NewLimiter(store, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Limits[0].Max = 1000 // the limiter has its own copy
+	if got := lim.Policy().Limits[0].Max; got != 2 {
+		t.Errorf("limiter policy changed with the caller's: max %v", got)
+	}
+	got := lim.Policy()
+	got.Limits[0].Max = 7
+	if lim.Policy().Limits[0].Max != 2 {
+		t.Error("Policy() returned the limiter's own limits")
+	}
+}

@@ -1,0 +1,250 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/memstore"
+)
+
+func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	floodgatetest.Run(t, floodgatetest.Harness{
+		NewStore: func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+			s, err := memstore.New(memstore.WithClock(clock), memstore.WithSweepInterval(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Keys: func(s floodgate.Store) int { return s.(*memstore.Store).Stats().Entries },
+	})
+}
+
+func TestOptionErrors(t *testing.T) {
+	for _, c := range []struct {
+		opt  memstore.Option
+		want string
+	}{
+		{memstore.WithMaxKeys(0), "memstore: WithMaxKeys(0): must be ≥ 1"},
+		{memstore.WithMaxKeyLen(-1), "memstore: WithMaxKeyLen(-1): must be ≥ 1"},
+		{memstore.WithShards(3), "memstore: WithShards(3): must be a power of two from 1 to 65536"},
+		{memstore.WithSweepInterval(0), "memstore: WithSweepInterval(0s): must be > 0"},
+		{memstore.WithClock(nil), "memstore: WithClock: nil clock"},
+	} {
+		s, err := memstore.New(c.opt)
+		if err == nil {
+			s.Close()
+			t.Errorf("New accepted an option that should fail with %q", c.want)
+			continue
+		}
+		if err.Error() != c.want {
+			t.Errorf("New: %q, want %q", err, c.want)
+		}
+	}
+}
+
+// TestZeroAllocs: a decision for a key the store holds allocates nothing,
+// for every algorithm, add and peek.
+func TestZeroAllocs(t *testing.T) {
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	s := newStore(t, memstore.WithClock(clock))
+	ctx := context.Background()
+	for i, p := range floodgatetest.PropertyPolicies() {
+		p.Name = fmt.Sprintf("allocs%d", i)
+		lim, err := floodgate.NewLimiter(s, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := int64(0)
+		allocs := testing.AllocsPerRun(1000, func() {
+			step += 7919 // µs: crosses buckets, windows and slots
+			clock.SetMicros(floodgatetest.BaseMicros + step)
+			lim.Allow(ctx, "hot")
+			lim.Peek(ctx, "hot", 2)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per decision, want 0", p.String(), allocs)
+		}
+	}
+}
+
+// TestMaxKeysEvicts: the store never holds more entries than WithMaxKeys,
+// and evicts the entry closest to its own expiry.
+func TestMaxKeysEvicts(t *testing.T) {
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	s := newStore(t, memstore.WithClock(clock), memstore.WithMaxKeys(100), memstore.WithShards(4))
+	p := floodgate.Policy{Name: "evict", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Minute, Align: floodgate.AlignFirst}
+	lim, _ := floodgate.NewLimiter(s, p)
+	ctx := context.Background()
+	for i := 0; i < 1000; i++ {
+		clock.SetMicros(floodgatetest.BaseMicros + int64(i))
+		if _, err := lim.Allow(ctx, fmt.Sprintf("k%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		if n := s.Stats().Entries; n > 100 {
+			t.Fatalf("after %d keys the store holds %d entries, want ≤ 100", i+1, n)
+		}
+	}
+	st := s.Stats()
+	if st.Entries != 100 || st.Evictions != 900 {
+		t.Errorf("Stats = %+v, want 100 entries and 900 evictions", st)
+	}
+	// The newest key was just inserted: it must still be held.
+	d, _ := lim.Peek(ctx, "k999", 1)
+	if d.Remaining != 3 {
+		t.Errorf("newest key lost its count: %v", d)
+	}
+}
+
+// TestEvictionPrefersEmpty: a full shard drops state that has expired
+// before it evicts live state.
+func TestEvictionPrefersEmpty(t *testing.T) {
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	s := newStore(t, memstore.WithClock(clock), memstore.WithMaxKeys(4), memstore.WithShards(1))
+	short := floodgate.Policy{Name: "short", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1), Burst: 1}
+	long := floodgate.Policy{Name: "long", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour}
+	ctx := context.Background()
+	ls, _ := floodgate.NewLimiter(s, short)
+	ll, _ := floodgate.NewLimiter(s, long)
+	ll.Allow(ctx, "keep1")
+	ll.Allow(ctx, "keep2")
+	ls.Allow(ctx, "gone1")
+	ls.Allow(ctx, "gone2")
+	clock.Advance(2 * time.Second) // the gcra states are empty now
+	ll.Allow(ctx, "new1")
+	ll.Allow(ctx, "new2")
+	if st := s.Stats(); st.Evictions != 0 || st.Swept != 2 || st.Entries != 4 {
+		t.Errorf("Stats = %+v, want 0 evictions, 2 swept, 4 entries", st)
+	}
+	for _, k := range []string{"keep1", "keep2", "new1", "new2"} {
+		if d, _ := ll.Peek(ctx, k, 1); d.Remaining != 3 {
+			t.Errorf("%s: %v, want its count kept (remaining 3)", k, d)
+		}
+	}
+}
+
+// TestSweep: the sweeper forgets empty state, and a swept key decides as a
+// fresh one.
+func TestSweep(t *testing.T) {
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	s := newStore(t, memstore.WithClock(clock), memstore.WithSweepInterval(time.Millisecond))
+	p := floodgate.Policy{Name: "sweep", Algorithm: floodgate.SlidingLog, Max: 2, Interval: time.Second}
+	lim, _ := floodgate.NewLimiter(s, p)
+	ctx := context.Background()
+	for i := 0; i < 50; i++ {
+		lim.Allow(ctx, fmt.Sprintf("k%d", i))
+	}
+	if n := s.Stats().Entries; n != 50 {
+		t.Fatalf("%d entries, want 50", n)
+	}
+	clock.Advance(time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Entries != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sweeper left %d entries after their state expired", s.Stats().Entries)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if d, _ := lim.Allow(ctx, "k1"); d.Remaining != 1 {
+		t.Errorf("swept key: %v, want a fresh key's decision (remaining 1)", d)
+	}
+}
+
+// TestCloseStopsSweeper: Close ends the sweeper goroutine.
+func TestCloseStopsSweeper(t *testing.T) {
+	before := runtime.NumGoroutine()
+	var stores []*memstore.Store
+	for i := 0; i < 20; i++ {
+		s, err := memstore.New(memstore.WithSweepInterval(time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, s)
+	}
+	if n := runtime.NumGoroutine(); n < before+20 {
+		t.Fatalf("%d goroutines after starting 20 stores, want ≥ %d", n, before+20)
+	}
+	for _, s := range stores {
+		s.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, want %d", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPolicyChange: a policy with the same name and shape keeps the keys'
+// state (a reload with a new max); one with another shape starts afresh.
+func TestPolicyChange(t *testing.T) {
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	s := newStore(t, memstore.WithClock(clock))
+	ctx := context.Background()
+	mustTake := func(p floodgate.Policy) floodgate.Decision {
+		t.Helper()
+		d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	p1, _ := floodgate.ParsePolicy("api", "sliding_window 5/1m resolution 1s")
+	p2, _ := floodgate.ParsePolicy("api", "sliding_window 10/1m resolution 1s")
+	p3, _ := floodgate.ParsePolicy("api", "sliding_window 10/1m resolution 10s")
+	p4, _ := floodgate.ParsePolicy("api", "gcra 1/1s")
+	mustTake(p1)
+	mustTake(p1)
+	if d := mustTake(p2); d.Remaining != 7 {
+		t.Errorf("same shape, new max: %v, want the count kept (remaining 7)", d)
+	}
+	if d := mustTake(p3); d.Remaining != 9 {
+		t.Errorf("new resolution: %v, want a fresh count (remaining 9)", d)
+	}
+	if d := mustTake(p4); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("new algorithm: %v, want a fresh gcra decision", d)
+	}
+	bad := p4
+	bad.Burst = 0
+	if _, err := s.Take(ctx, floodgate.Request{Policy: &bad, Key: "k", N: 1}); !errors.Is(err, floodgate.ErrInvalidPolicy) {
+		t.Errorf("invalid policy under an existing key: %v, want ErrInvalidPolicy", err)
+	}
+}
+
+// TestClockOutOfRange: a clock before 1970 or after 2155 is refused rather
+// than decided with arithmetic that is no longer exact.
+func TestClockOutOfRange(t *testing.T) {
+	clock := floodgatetest.NewManualClock(time.Date(2160, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := newStore(t, memstore.WithClock(clock))
+	lim, _ := floodgate.NewLimiter(s, floodgate.Policy{Name: "c", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1), Burst: 1})
+	_, err := lim.Allow(context.Background(), "k")
+	if !errors.Is(err, floodgate.ErrUnavailable) || !strings.Contains(err.Error(), "2160-01-01T00:00:00Z, outside 1970 to 2155") {
+		t.Errorf("Allow in 2160: %v", err)
+	}
+	clock.Set(time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC))
+	if _, err := lim.Allow(context.Background(), "k"); !errors.Is(err, floodgate.ErrUnavailable) {
+		t.Errorf("Allow in 1969: %v", err)
+	}
+	clock.Set(time.Date(2150, 1, 1, 0, 0, 0, 0, time.UTC))
+	if d, err := lim.Allow(context.Background(), "k"); err != nil || !d.Allowed {
+		t.Errorf("Allow in 2150: %v, %v", d, err)
+	}
+}

@@ -1,0 +1,51 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+)
+
+// TopKeys lists up to limit keys of the named policy with tracked usage,
+// in the order by (see floodgate.UsageLister). It walks every shard, one at
+// a time, so it costs time in proportion to the keys held; decisions on
+// other shards go on meanwhile.
+func (s *Store) TopKeys(ctx context.Context, policy string, by floodgate.UsageOrder, limit int) ([]floodgate.KeyUsage, error) {
+	if s.closed.Load() {
+		return nil, floodgate.ErrClosed
+	}
+	if by < floodgate.ByRequests || by > floodgate.ByLastSeen {
+		return nil, fmt.Errorf("memstore: TopKeys: sort order %d: must be ByRequests, ByDenied or ByLastSeen", by)
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("memstore: TopKeys: limit %d: must be ≥ 1", limit)
+	}
+	top := floodgate.NewUsageTop(by, limit)
+	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		sh := &s.shards[i]
+		now := s.now()
+		sh.mu.Lock()
+		for _, head := range sh.m {
+			for e := head; e != nil; e = e.next {
+				if e.policy.Name != policy || e.use == nil || !e.keep(now) {
+					continue
+				}
+				u := floodgate.KeyUsage{
+					Key:       e.key,
+					FirstSeen: time.UnixMicro(e.use.first),
+					LastSeen:  time.UnixMicro(e.use.last),
+					Requests:  e.use.requests,
+					Denied:    e.use.denied,
+				}
+				top.Add(u)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return top.Sorted(), nil
+}

@@ -1,0 +1,266 @@
+package floodgate
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ParsePolicy parses the text form of a policy's parameters and returns the
+// policy named name. The text is an optional algorithm name (GCRA when
+// absent), then one or more comma-separated clauses (several only for
+// sliding_window and ar1), each a count per duration followed by options:
+//
+//	100/1m                                  gcra, 100 per minute, burst 1
+//	5/1s burst 10                           gcra, 5 per second, burst 10
+//	fixed_window 100/1m align first         100 per window opened by the first request
+//	token_bucket 15/1m burst 3              start with 3, at most 15 per minute
+//	sliding_log 10/1s min_interval 100ms    10 per rolling second, 100 ms apart
+//	sliding_window 1/5s resolution 1s, 5/1h resolution 10m
+//	ar1 5/1s decay 2                        max 5, the count halves every second
+//
+// The count per duration is the rate of gcra, max/window of fixed_window,
+// limit/window of token_bucket, max/interval of sliding_log, max/window of a
+// sliding_window limit and max/resolution of an ar1 limit. Options are
+// "burst N", "align epoch|first", "min_interval D", "resolution D" and
+// "decay F" (for the clause they follow), "count_denied [true|false]",
+// "track [true|false]" and "retention D". Durations are Go durations
+// ("250ms", "1m30s"). Policy.String returns this form.
+//
+// The result is validated; an error wraps ErrInvalidPolicy and names the
+// part of the text at fault.
+func ParsePolicy(name, text string) (Policy, error) {
+	p, err := parsePolicyText(text)
+	if err != nil {
+		if pe, ok := err.(*PolicyError); ok {
+			pe.Policy = name
+		}
+		return Policy{}, err
+	}
+	p.Name = name
+	if err := p.Validate(); err != nil {
+		return Policy{}, err
+	}
+	return p, nil
+}
+
+func parsePolicyText(text string) (Policy, error) {
+	var p Policy
+	clauses := strings.Split(text, ",")
+	for ci, clause := range clauses {
+		toks := strings.Fields(clause)
+		if ci == 0 && len(toks) > 0 {
+			if c := toks[0][0]; ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') && !strings.Contains(toks[0], "/") {
+				a, err := ParseAlgorithm(toks[0])
+				if err != nil {
+					return Policy{}, err
+				}
+				p.Algorithm = a
+				toks = toks[1:]
+			}
+		}
+		if ci == 0 && p.Algorithm == 0 {
+			p.Algorithm = GCRA
+		}
+		if len(toks) == 0 {
+			return Policy{}, syntaxError(text, "a count per duration such as 100/1m")
+		}
+		multi := p.Algorithm == SlidingWindow || p.Algorithm == AR1
+		if ci > 0 && !multi {
+			return Policy{}, syntaxError(text, "one clause: only sliding_window and ar1 take several limits, separated by commas")
+		}
+		var lim *Limit
+		if p.Algorithm == AR1 {
+			// An AR(1) max may be fractional: "1.2/1s".
+			count, period, ok := strings.Cut(toks[0], "/")
+			max, err := strconv.ParseFloat(count, 64)
+			if !ok || err != nil {
+				return Policy{}, &PolicyError{Field: "policy text", Value: quote(toks[0]), Allowed: `"<max>/<resolution>", such as "5/1s"`}
+			}
+			res, err := parseDuration(period)
+			if err != nil {
+				return Policy{}, &PolicyError{Field: "resolution", Value: quote(period), Allowed: `a Go duration such as "1s"`}
+			}
+			p.Limits = append(p.Limits, Limit{Max: max, Resolution: res})
+			lim = &p.Limits[len(p.Limits)-1]
+		} else {
+			r, err := ParseRate(toks[0])
+			if err != nil {
+				return Policy{}, err
+			}
+			switch p.Algorithm {
+			case GCRA:
+				p.Rate = r
+			case FixedWindow, TokenBucket:
+				p.Max, p.Window = r.Count, r.Period
+			case SlidingLog:
+				p.Max, p.Interval = r.Count, r.Period
+			case SlidingWindow:
+				p.Limits = append(p.Limits, Limit{Max: float64(r.Count), Window: r.Period})
+				lim = &p.Limits[len(p.Limits)-1]
+			}
+		}
+		if err := parseOptions(&p, lim, toks[1:]); err != nil {
+			return Policy{}, err
+		}
+	}
+	if p.Algorithm == GCRA && !hasOption(text, "burst") {
+		p.Burst = 1 // SPEC.md's default; an explicit "burst 0" stays 0 and is refused
+	}
+	return p, nil
+}
+
+// hasOption reports whether the text names the option.
+func hasOption(text, opt string) bool {
+	for _, tok := range strings.Fields(strings.ReplaceAll(text, ",", " ")) {
+		if tok == opt {
+			return true
+		}
+	}
+	return false
+}
+
+func syntaxError(text, allowed string) error {
+	return &PolicyError{Field: "policy text", Value: quote(text), Allowed: allowed}
+}
+
+func parseOptions(p *Policy, lim *Limit, toks []string) error {
+	for i := 0; i < len(toks); i++ {
+		opt := toks[i]
+		next := func(what string) (string, error) {
+			if i+1 >= len(toks) {
+				return "", &PolicyError{Field: opt, Allowed: what + " after " + opt}
+			}
+			i++
+			return toks[i], nil
+		}
+		boolean := func() bool {
+			if i+1 < len(toks) && (toks[i+1] == "true" || toks[i+1] == "false") {
+				i++
+				return toks[i] == "true"
+			}
+			return true
+		}
+		switch opt {
+		case "burst":
+			s, err := next("an integer")
+			if err != nil {
+				return err
+			}
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return &PolicyError{Field: "burst", Value: quote(s), Allowed: "an integer ≥ 1"}
+			}
+			p.Burst = n
+		case "align":
+			s, err := next("epoch or first")
+			if err != nil {
+				return err
+			}
+			if err := p.Align.UnmarshalText([]byte(s)); err != nil {
+				return err
+			}
+		case "min_interval", "retention", "resolution":
+			s, err := next("a duration")
+			if err != nil {
+				return err
+			}
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return &PolicyError{Field: opt, Value: quote(s), Allowed: `a Go duration such as "100ms" or "1m30s"`}
+			}
+			switch opt {
+			case "min_interval":
+				p.MinInterval = d
+			case "retention":
+				p.Retention = d
+			case "resolution":
+				if lim == nil || p.Algorithm != SlidingWindow {
+					return &PolicyError{Field: "resolution", Value: s, Allowed: "not a parameter of " + p.Algorithm.String()}
+				}
+				lim.Resolution = d
+			}
+		case "decay":
+			s, err := next("a number > 1")
+			if err != nil {
+				return err
+			}
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return &PolicyError{Field: "decay", Value: quote(s), Allowed: "a number > 1"}
+			}
+			if lim == nil || p.Algorithm != AR1 {
+				return &PolicyError{Field: "decay", Value: s, Allowed: "not a parameter of " + p.Algorithm.String()}
+			}
+			lim.Decay = f
+		case "count_denied":
+			p.CountDenied = SwitchOf(boolean())
+		case "track":
+			p.Track = boolean()
+		default:
+			return &PolicyError{Field: "policy text", Value: quote(opt),
+				Allowed: "an option: burst, align, min_interval, resolution, decay, count_denied, track or retention"}
+		}
+	}
+	return nil
+}
+
+// String returns the policy's parameters in the text form ParsePolicy
+// reads, starting with the algorithm: "gcra 100/1m burst 1". The name is not
+// part of it.
+func (p Policy) String() string {
+	var b strings.Builder
+	b.WriteString(p.Algorithm.String())
+	b.WriteByte(' ')
+	switch p.Algorithm {
+	case GCRA:
+		b.WriteString(p.Rate.String())
+		b.WriteString(" burst ")
+		b.WriteString(strconv.FormatInt(p.Burst, 10))
+	case FixedWindow:
+		b.WriteString(Per(p.Max, p.Window).String())
+		if p.Align != AlignEpoch {
+			b.WriteString(" align ")
+			b.WriteString(p.Align.String())
+		}
+	case TokenBucket:
+		b.WriteString(Per(p.Max, p.Window).String())
+		b.WriteString(" burst ")
+		b.WriteString(strconv.FormatInt(p.Burst, 10))
+	case SlidingLog:
+		b.WriteString(Per(p.Max, p.Interval).String())
+		if p.MinInterval != 0 {
+			b.WriteString(" min_interval ")
+			b.WriteString(formatDuration(p.MinInterval))
+		}
+	case SlidingWindow, AR1:
+		for i, l := range p.Limits {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(strconv.FormatFloat(l.Max, 'f', -1, 64))
+			b.WriteByte('/')
+			if p.Algorithm == SlidingWindow {
+				b.WriteString(formatDuration(l.Window))
+				b.WriteString(" resolution ")
+				b.WriteString(formatDuration(l.Resolution))
+			} else {
+				b.WriteString(formatDuration(l.Resolution))
+				b.WriteString(" decay ")
+				b.WriteString(strconv.FormatFloat(l.Decay, 'g', -1, 64))
+			}
+		}
+	}
+	if p.CountDenied != Default {
+		b.WriteString(" count_denied ")
+		b.WriteString(strconv.FormatBool(p.CountDenied == On))
+	}
+	if p.Track {
+		b.WriteString(" track")
+	}
+	if p.Retention != 0 {
+		b.WriteString(" retention ")
+		b.WriteString(formatDuration(p.Retention))
+	}
+	return b.String()
+}

@@ -1,0 +1,80 @@
+package redisstore
+
+import (
+	"context"
+
+	"github.com/floodgatehq/floodgate"
+)
+
+// TakeBatch decides many requests in one pipelined round trip per node
+// (see floodgate.BatchStore). Scripts the node does not have (NOSCRIPT: not
+// run) are loaded and those requests alone sent again; a request whose
+// outcome is unknown (a connection error mid-pipeline) gets an error and is
+// never sent twice.
+func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []floodgate.BatchResult) {
+	if len(out) < len(reqs) {
+		panic("redisstore: TakeBatch: out is shorter than reqs")
+	}
+	if s.closed.Load() {
+		for i := range reqs {
+			out[i] = floodgate.BatchResult{Err: floodgate.ErrClosed}
+		}
+		return
+	}
+	calls := make([]*call, 0, len(reqs))
+	index := make([]int, 0, len(reqs))
+	for i := range reqs {
+		req := &reqs[i]
+		if err := floodgate.CheckRequest(req, s.maxKeyLen); err != nil {
+			out[i] = floodgate.BatchResult{Err: err}
+			continue
+		}
+		pr, err := s.prepare(req.Policy)
+		if err != nil {
+			out[i] = floodgate.BatchResult{Err: err}
+			continue
+		}
+		calls = append(calls, &call{
+			sha:  pr.script.sha,
+			src:  pr.script.src,
+			keys: s.keys(req.Policy, pr, req.Key),
+			args: s.args(pr, req.N, req.Peek),
+		})
+		index = append(index, i)
+	}
+	if len(calls) == 0 {
+		return
+	}
+	s.b.evalShaBatch(ctx, calls)
+
+	// Load what was missing, then send exactly those calls again.
+	var retry []*call
+	loaded := map[string]error{}
+	for _, c := range calls {
+		if !isNoScript(c.err) {
+			continue
+		}
+		err, done := loaded[c.sha]
+		if !done {
+			err = s.b.loadScript(ctx, c.src)
+			loaded[c.sha] = err
+		}
+		if err != nil {
+			c.err = err
+			continue
+		}
+		retry = append(retry, c)
+	}
+	if len(retry) > 0 {
+		s.b.evalShaBatch(ctx, retry)
+	}
+	for j, c := range calls {
+		i := index[j]
+		if c.err != nil {
+			out[i] = floodgate.BatchResult{Err: classify(ctx, c.err)}
+			continue
+		}
+		d, err := decode(c.reply)
+		out[i] = floodgate.BatchResult{Decision: d, Err: err}
+	}
+}

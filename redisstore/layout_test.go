@@ -1,0 +1,185 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/internal/redistest"
+	"github.com/floodgatehq/floodgate/redisstore"
+)
+
+// layoutPolicies: one tracked policy per algorithm, so that every kind of
+// key a decision can write is written.
+func layoutPolicies(t *testing.T) []floodgate.Policy {
+	var ps []floodgate.Policy
+	for i, text := range []string{
+		"sliding_window 3/2s resolution 500ms, 5/10s resolution 1s track",
+		"ar1 3/1s decay 2 track",
+		"fixed_window 3/2s track",
+		"token_bucket 4/2s burst 2 track",
+		"sliding_log 3/2s min_interval 10ms track",
+		"gcra 4/1s burst 2 track retention 5s",
+	} {
+		p, err := floodgate.ParsePolicy(fmt.Sprintf("lay%d", i), text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// nastyKeys are keys that a hash tag could trip on: braces anywhere, tag-like
+// keys, binary bytes, the longest key allowed.
+func nastyKeys(rng *rand.Rand) []string {
+	keys := []string{"{", "}", "{}", "}{", "{{}}", "a{b}c", "{a}", "a}", "{a", "x}:u", ":", "::{}::",
+		"\x00", "\xff\xfe\x00{", "ü}", strings.Repeat("{", 50), strings.Repeat("k", floodgate.DefaultMaxKeyLen)}
+	for i := 0; i < 40; i++ {
+		b := make([]byte, 1+rng.IntN(40))
+		for j := range b {
+			b[j] = byte(rng.IntN(256))
+			if rng.IntN(4) == 0 {
+				b[j] = "{}:"[rng.IntN(3)]
+			}
+		}
+		keys = append(keys, string(b))
+	}
+	return keys
+}
+
+// parts are the key parts each algorithm writes besides the usage hash "u".
+var parts = map[floodgate.Algorithm][]string{
+	floodgate.SlidingWindow: {"sw", "sw1", "sw2"},
+	floodgate.AR1:           {"ar"},
+	floodgate.FixedWindow:   {"fw"},
+	floodgate.TokenBucket:   {"tb"},
+	floodgate.SlidingLog:    {"sl", "sl1"},
+	floodgate.GCRA:          {"gc"},
+}
+
+// TestKeyLayout: every key one decision writes lies in one cluster slot,
+// whatever bytes the key holds, and the store writes no other key.
+func TestKeyLayout(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := newStore(t, clusterClient(t, cl))
+	rng := rand.New(rand.NewPCG(7, 7))
+	ctx := context.Background()
+	node := cl.Nodes[0]
+	want := 0
+	for _, p := range layoutPolicies(t) {
+		for _, key := range nastyKeys(rng) {
+			d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: key, N: 1})
+			if err != nil || !d.Allowed {
+				t.Fatalf("%s key %q: %v, %v", p.Name, key, d, err)
+			}
+			tag := "fg:{" + p.Name + ":" + key + "}:"
+			slot := int64(-1)
+			for _, part := range append([]string{"u"}, parts[p.Algorithm]...) {
+				reply, err := node.Do(t, "CLUSTER", "KEYSLOT", tag+part)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if slot >= 0 && reply.(int64) != slot {
+					t.Fatalf("%s key %q: %s is in slot %d, another key of the same decision in %d", p.Name, key, part, reply, slot)
+				}
+				slot = reply.(int64)
+				want++
+			}
+		}
+	}
+	if got := dbsize(t, cl.Nodes...)(); got != want {
+		t.Errorf("the cluster holds %d keys; the decisions' own keys are %d", got, want)
+	}
+}
+
+// TestEveryKeyHasATTL: after a mixed workload (every algorithm, adds,
+// denials, peeks, resets, usage tracking), no key is left without a TTL,
+// and no state key outlives its state's horizon.
+func TestEveryKeyHasATTL(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newStore(t, client(t, srv))
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(8, 8))
+	type last struct {
+		at    time.Time
+		reset time.Duration
+	}
+	horizon := map[string]last{} // state key tag -> the last recording add
+	policies := layoutPolicies(t)
+	for i := 0; i < 3000; i++ {
+		p := &policies[rng.IntN(len(policies))]
+		key := fmt.Sprintf("k%d", rng.IntN(30))
+		if rng.IntN(20) == 0 {
+			if err := s.Reset(ctx, p, key); err != nil {
+				t.Fatal(err)
+			}
+			delete(horizon, p.Name+":"+key)
+			continue
+		}
+		req := floodgate.Request{Policy: p, Key: key, N: 1 + rng.Int64N(3), Peek: rng.IntN(5) == 0}
+		d, err := s.Take(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !req.Peek && (d.Allowed || p.CountsDenied()) {
+			horizon[p.Name+":"+key] = last{time.Now(), d.ResetAfter}
+		}
+		if rng.IntN(200) == 0 {
+			time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
+		}
+	}
+	keys, err := srv.Do(t, "KEYS", "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys.([]any)) == 0 {
+		t.Fatal("the workload left no key at all")
+	}
+	for _, k := range keys.([]any) {
+		name := k.(string)
+		pttl, err := srv.Do(t, "PTTL", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := pttl.(int64)
+		if ms == -1 {
+			t.Errorf("key %q has no TTL", name)
+			continue
+		}
+		if strings.HasSuffix(name, "}:u") {
+			continue // usage: the state's horizon or the retention, whichever is longer
+		}
+		tag := strings.TrimPrefix(name[:strings.LastIndex(name, "}:")], "fg:{")
+		l, ok := horizon[tag]
+		if !ok {
+			t.Errorf("state key %q exists, but no add recorded it", name)
+			continue
+		}
+		// The TTL was set to the state's reset_after, rounded up to the ms.
+		limit := (l.reset+time.Millisecond-1)/time.Millisecond - time.Since(l.at)/time.Millisecond + 1
+		if time.Duration(ms) > limit {
+			t.Errorf("key %q: PTTL %d ms, beyond its state's horizon (%v at its last add)", name, ms, l.reset)
+		}
+	}
+}
+
+// TestMaxKeyLen: keys up to the maximum work, longer ones are refused with
+// an error that does not contain them.
+func TestMaxKeyLen(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newStore(t, client(t, srv), redisstore.WithMaxKeyLen(64))
+	p := floodgate.Policy{Name: "len", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Second}
+	ctx := context.Background()
+	if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: strings.Repeat("a", 64), N: 1}); err != nil {
+		t.Errorf("a key of 64 bytes: %v", err)
+	}
+	_, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: strings.Repeat("b", 65), N: 1})
+	if err == nil || !strings.Contains(err.Error(), "65 bytes exceeds the maximum of 64") || strings.Contains(err.Error(), "bbbb") {
+		t.Errorf("a key of 65 bytes: %v", err)
+	}
+}

@@ -1,0 +1,104 @@
+-- sliding_window.lua: SPEC.md "sliding_window", rules 3 and 4. Go twin:
+-- internal/algo/slidingwindow.go (and log.go for the lists).
+--
+-- Per limit, the buckets (index k = ⌊t/resolution⌋, cost) of a list, oldest
+-- first; bucket k counts while now < k·resolution + window.
+--
+-- KEYS[2]      the state hash: l = t_last µs, s = shape ("res:win,…" in
+--              µs; a state of another shape is dropped), t<i> = the running
+--              sum of list i (-1: recount from the list)
+-- KEYS[3…]     one list per limit, in policy order, entries "<k> <cost>"
+-- ARGV[8…]     per limit, three values: max, window µs, resolution µs
+-- Reply: see common.lua; binding is the 0-based index of the binding limit.
+-- Every key written gets the TTL of the state's newest bucket expiry.
+
+local function decide(now, n, peek, cd, a, min_ttl)
+  local limits, shape = {}, {}
+  for i = 1, #a, 3 do
+    limits[#limits + 1] = {max = tonumber(a[i]), win = tonumber(a[i + 1]), res = tonumber(a[i + 2])}
+    shape[#shape + 1] = a[i + 2] .. ':' .. a[i + 1]
+  end
+  shape = table.concat(shape, ',')
+  local hkey = KEYS[2]
+  local h = redis.call('HGETALL', hkey)
+  local f = {}
+  for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
+  local has = f.s == shape
+  if has and now < tonumber(f.l) then now = tonumber(f.l) end -- rule 1
+
+  -- Pass 1: counts and the verdict.
+  local totals, ks, gones, counts = {}, {}, {}, {}
+  local allowed = true
+  for i, l in ipairs(limits) do
+    if has then
+      ks[i], gones[i], counts[i], totals[i] = list_count(KEYS[2 + i], tonumber(f['t' .. i]) or 0, l.res, l.win, now)
+    else
+      ks[i], gones[i], counts[i], totals[i] = 0, 0, 0, 0
+    end
+    if n > l.max - counts[i] then allowed = false end
+  end
+  local record = allowed or cd
+
+  -- Pass 2: on the state after the call.
+  local remaining, binding, bind_rem, reset, retry = 0, -1, 0, 0, 0
+  for i, l in ipairs(limits) do
+    local lkey = KEYS[2 + i]
+    local after = counts[i]
+    if record then after = satadd(after, n) end
+    local rem = l.max - after
+    if rem < 0 then rem = 0 end
+    if i == 1 or rem < remaining then remaining = rem end
+    local denies = n > l.max - counts[i]
+    if (allowed or denies) and (binding < 0 or rem < bind_rem) then binding, bind_rem = i - 1, rem end
+    local current = floordiv(now, l.res) * l.res + l.win -- the current bucket's expiry
+    if record then
+      if current - now > reset then reset = current - now end
+    elseif has then
+      local t = list_newest(lkey)
+      if t and t * l.res + l.win - now > reset then reset = t * l.res + l.win - now end
+    end
+    if not allowed then
+      local wait
+      if n <= l.max - after then
+        wait = 0
+      elseif n > l.max then
+        wait = -1
+      else
+        local pending = 0
+        if record then pending = n end
+        if has then
+          wait = list_wait(lkey, ks[i], l.res, l.win, l.max - n, pending, current, now) - now
+        elseif pending > l.max - n then
+          wait = current - now
+        else
+          wait = 0
+        end
+      end
+      if retry < 0 or wait < 0 then retry = -1 elseif wait > retry then retry = wait end
+    end
+  end
+  local limit = limits[binding + 1].max
+
+  local expires = 0
+  if has or record then expires = now + reset end
+  if record and not peek then
+    if not has then
+      local stale = {hkey}
+      for i = 1, #limits do stale[#stale + 1] = KEYS[2 + i] end
+      redis.call('DEL', unpack(stale))
+    end
+    local out = {'l', fmt(now), 's', shape}
+    for i, l in ipairs(limits) do
+      local total = list_record(KEYS[2 + i], ks[i], gones[i], totals[i], floordiv(now, l.res), n)
+      out[#out + 1] = 't' .. i
+      out[#out + 1] = fmt(total)
+    end
+    redis.call('HSET', hkey, unpack(out))
+    local ttl = ttl_ms(expires, now, min_ttl)
+    redis.call('PEXPIRE', hkey, ttl)
+    for i = 1, #limits do redis.call('PEXPIRE', KEYS[2 + i], ttl) end
+  end
+  return allowed, limit, remaining, retry, reset, binding, expires
+end
+
+return run(decide)

@@ -1,0 +1,343 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/internal/redistest"
+	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/redisstore"
+)
+
+// client returns a go-redis client of srv without retries (a retried
+// script could count twice), closed at the end of the test.
+func client(t testing.TB, srv *redistest.Server) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func clusterClient(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// replayHarness runs the conformance suite through c with a caller-given
+// clock (keys live at least an hour of real time: the replayed clock jumps
+// while the server's does not).
+func replayHarness(c redis.UniversalClient, keys func() int) floodgatetest.Harness {
+	return floodgatetest.Harness{
+		NewStore: func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+			prefix := fmt.Sprintf("t%d", rand.Uint32())
+			return newStore(t, c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(prefix))
+		},
+		Keys:   func(floodgate.Store) int { return keys() },
+		Phases: 3,
+	}
+}
+
+func dbsize(t testing.TB, servers ...*redistest.Server) func() int {
+	return func() int {
+		total := 0
+		for _, s := range servers {
+			n, err := s.Do(t, "DBSIZE")
+			if err != nil {
+				t.Fatalf("DBSIZE: %v", err)
+			}
+			total += int(n.(int64))
+		}
+		return total
+	}
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	srv := redistest.StartServer(t)
+	floodgatetest.Run(t, replayHarness(client(t, srv), dbsize(t, srv)))
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	floodgatetest.Run(t, replayHarness(clusterClient(t, cl), dbsize(t, cl.Nodes...)))
+}
+
+// TestSentinel: decisions through a Sentinel failover client reach the
+// master and keep their state there.
+func TestSentinel(t *testing.T) {
+	st := redistest.StartSentinel(t)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.MasterName, SentinelAddrs: st.Addrs, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c)
+	lim, err := floodgate.NewLimiter(s, floodgate.Policy{Name: "sentinel", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, want := range []bool{true, true, false} {
+		d, err := lim.Allow(ctx, "k")
+		if err != nil || d.Allowed != want {
+			t.Fatalf("Allow #%d = %v, %v; want allowed %v", i, d, err, want)
+		}
+	}
+	n, err := st.Master.Do(t, "DBSIZE")
+	if err != nil || n.(int64) != 1 {
+		t.Errorf("the master holds %v keys (%v), want the one state key", n, err)
+	}
+}
+
+// differential runs seeded random sequences through memstore and store
+// and demands identical decisions.
+func differential(t *testing.T, c redis.UniversalClient, runs, ops int) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("FLOODGATE_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (rerun with FLOODGATE_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	mem, err := memstore.New(memstore.WithClock(clock), memstore.WithSweepInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	red := newStore(t, c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(fmt.Sprintf("d%d", seed%1e6)))
+	total := 0
+	for i := 0; i < runs; i++ {
+		total += floodgatetest.Differential(t, floodgatetest.RandChooser{R: rng}, mem, red, clock, fmt.Sprintf("diff%d", i), ops)
+	}
+	t.Logf("%d random policies, %d operations: memstore and redisstore agree", runs, total)
+}
+
+func TestDifferentialStandalone(t *testing.T) {
+	srv := redistest.StartServer(t)
+	runs := 300
+	if testing.Short() {
+		runs = 40
+	}
+	differential(t, client(t, srv), runs, 150)
+}
+
+func TestDifferentialCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	runs := 60
+	if testing.Short() {
+		runs = 10
+	}
+	differential(t, clusterClient(t, cl), runs, 150)
+}
+
+// FuzzDifferential lets the fuzzer choose policies and operations for
+// memstore and redisstore on one server.
+func FuzzDifferential(f *testing.F) {
+	srv := redistest.StartServer(f)
+	c := client(f, srv)
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte("fixed window then a token bucket and some gcra"))
+	f.Add([]byte{5, 5, 0, 200, 0, 3, 0, 9, 1, 1, 1, 1, 250, 7, 0, 0, 42, 42, 42, 42})
+	var run int
+	f.Fuzz(func(t *testing.T, data []byte) {
+		run++
+		clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+		mem, err := memstore.New(memstore.WithClock(clock), memstore.WithSweepInterval(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mem.Close()
+		red := newStore(t, c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(fmt.Sprintf("f%d", run)))
+		floodgatetest.Differential(t, &floodgatetest.ByteChooser{B: data}, mem, red, clock, "fuzz", 200)
+	})
+}
+
+func TestOptions(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := client(t, srv)
+	for _, tc := range []struct {
+		opt  redisstore.Option
+		want string
+	}{
+		{redisstore.WithPrefix("a{b"), `redisstore: WithPrefix("a{b"): must be 1 to 64 bytes of A-Z a-z 0-9 _ . - / :`},
+		{redisstore.WithPrefix(""), `redisstore: WithPrefix(""): must be 1 to 64 bytes of A-Z a-z 0-9 _ . - / :`},
+		{redisstore.WithPrefix("x*"), `redisstore: WithPrefix("x*"): must be 1 to 64 bytes of A-Z a-z 0-9 _ . - / :`},
+		{redisstore.WithMaxKeyLen(0), `redisstore: WithMaxKeyLen(0): must be ≥ 1`},
+		{redisstore.WithMinTTL(-time.Second), `redisstore: WithMinTTL(-1s): must be ≥ 0`},
+		{redisstore.WithHashedKeys([]byte("short")), `redisstore: WithHashedKeys: secret of 5 bytes, want at least 16`},
+		{redisstore.WithClock(nil), `redisstore: WithClock: nil clock`},
+	} {
+		if _, err := redisstore.New(c, tc.opt); err == nil || err.Error() != tc.want {
+			t.Errorf("New: %v, want %q", err, tc.want)
+		}
+	}
+	if _, err := redisstore.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+}
+
+// TestHashedKeys: with WithHashedKeys no key appears in Redis as given,
+// every stored key has the same length, and decisions are unchanged.
+func TestHashedKeys(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newStore(t, client(t, srv), redisstore.WithHashedKeys([]byte("0123456789abcdef-secret")))
+	lim, _ := floodgate.NewLimiter(s, floodgate.Policy{Name: "h", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1), Burst: 2, Track: true})
+	ctx := context.Background()
+	for _, key := range []string{"alice@example.com", "203.0.113.7", "x"} {
+		if d, err := lim.Allow(ctx, key); err != nil || !d.Allowed || d.Remaining != 1 {
+			t.Fatalf("Allow(%q) = %v, %v", key, d, err)
+		}
+	}
+	keys, err := srv.Do(t, "KEYS", "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lengths := map[int]bool{}
+	for _, k := range keys.([]any) {
+		name := k.(string)
+		for _, secret := range []string{"alice", "203.0.113", "example"} {
+			if strings.Contains(name, secret) {
+				t.Errorf("Redis key %q contains %q", name, secret)
+			}
+		}
+		lengths[len(name)] = true
+	}
+	if len(keys.([]any)) != 6 || len(lengths) != 2 { // state and usage, three keys
+		t.Errorf("keys %v: want 6 keys of 2 lengths", keys)
+	}
+}
+
+// TestErrors: a store that cannot reach Redis answers with ErrUnavailable
+// within the context's deadline; a closed store with ErrClosed.
+func TestErrors(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := client(t, srv)
+	s := newStore(t, c)
+	p := floodgate.Policy{Name: "e", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Second}
+	ctx := context.Background()
+	srv.Stop(t)
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := s.Take(dctx, floodgate.Request{Policy: &p, Key: "k", N: 1})
+	if !errors.Is(err, floodgate.ErrUnavailable) {
+		t.Errorf("Take with the server down: %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Take with the server down took %v", d)
+	}
+	s.Close()
+	if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1}); !errors.Is(err, floodgate.ErrClosed) {
+		t.Errorf("Take after Close: %v", err)
+	}
+}
+
+// TestPing: Ping answers nil while Redis answers, ErrUnavailable within
+// the context's deadline while it is down, nil again once it is back, and
+// ErrClosed after Close.
+func TestPing(t *testing.T) {
+	srv := redistest.StartServer(t)
+	s := newStore(t, client(t, srv))
+	ping := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		return s.Ping(ctx)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("Ping with Redis up: %v", err)
+	}
+	srv.Kill(t)
+	if err := ping(); !errors.Is(err, floodgate.ErrUnavailable) {
+		t.Errorf("Ping with Redis down: %v, want ErrUnavailable", err)
+	}
+	srv.Restart(t)
+	if err := ping(); err != nil {
+		t.Errorf("Ping after Redis came back: %v", err)
+	}
+	s.Close()
+	if err := ping(); !errors.Is(err, floodgate.ErrClosed) {
+		t.Errorf("Ping after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestPreloadEveryMaster: Preload puts every script in every master's
+// cache, so pipelined batches find them.
+func TestPreloadEveryMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := newStore(t, clusterClient(t, cl))
+	if err := s.Preload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	shas := redisstore.ScriptSHAs()
+	for _, node := range cl.Nodes {
+		args := append([]string{"SCRIPT", "EXISTS"}, shas...)
+		r, err := node.Do(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range r.([]any) {
+			if v.(int64) != 1 {
+				t.Errorf("node %s lacks script %s", node.Addr, shas[i])
+			}
+		}
+	}
+}
+
+// TestClusterNodeDown: with a master down, decisions for its slots fail
+// with ErrUnavailable within the deadline, and the others go on.
+func TestClusterNodeDown(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c)
+	p := floodgate.Policy{Name: "node", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Minute}
+	ctx := context.Background()
+	// Keys on every node, before the failure.
+	keys := make([]string, 30)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+		if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: keys[i], N: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.Nodes[1].Stop(t)
+	var ok, down int
+	for _, k := range keys {
+		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start := time.Now()
+		_, err := s.Take(dctx, floodgate.Request{Policy: &p, Key: k, N: 1})
+		cancel()
+		if took := time.Since(start); took > 400*time.Millisecond {
+			t.Errorf("key %s took %v with a deadline of 300ms", k, took)
+		}
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, floodgate.ErrUnavailable):
+			down++
+		default:
+			t.Errorf("key %s: %v, want ErrUnavailable", k, err)
+		}
+	}
+	t.Logf("with one master of three down: %d decided, %d unavailable", ok, down)
+	if ok == 0 || down == 0 {
+		t.Errorf("with one master of three down: %d decided, %d unavailable; want some of each", ok, down)
+	}
+}

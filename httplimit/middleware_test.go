@@ -1,0 +1,554 @@
+package httplimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/httplimit"
+	"github.com/floodgatehq/floodgate/memstore"
+)
+
+// base is the tests' start instant: a whole hour, so that fixed windows
+// aligned to the epoch start with it.
+var base = time.Unix(1_700_000_000-1_700_000_000%3600, 0)
+
+// env is a memory store on a manual clock, for middleware tests.
+type env struct {
+	t     *testing.T
+	clock *floodgatetest.ManualClock
+	store *memstore.Store
+}
+
+func newEnv(t *testing.T, opts ...memstore.Option) *env {
+	t.Helper()
+	clock := floodgatetest.NewManualClock(base)
+	s, err := memstore.New(append([]memstore.Option{memstore.WithClock(clock)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &env{t: t, clock: clock, store: s}
+}
+
+func (e *env) limiter(name, text string) *floodgate.Limiter {
+	e.t.Helper()
+	return newLimiter(e.t, e.store, name, text)
+}
+
+func newLimiter(t testing.TB, s floodgate.Store, name, text string) *floodgate.Limiter {
+	t.Helper()
+	lim, err := floodgate.NewLimiter(s, mustPolicy(t, name, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
+
+// clientKey keys requests by their X-Client field.
+var clientKey = httplimit.Header("X-Client")
+
+// ok is the handler behind the middleware.
+var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprint(w, "ok")
+})
+
+func wrap(t testing.TB, c httplimit.Config) http.Handler {
+	t.Helper()
+	mw, err := httplimit.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw(ok)
+}
+
+func get(client string) *http.Request {
+	r := httptest.NewRequest("GET", "/", nil)
+	if client != "" {
+		r.Header.Set("X-Client", client)
+	}
+	return r
+}
+
+// problem decodes a problem+json response body.
+func problem(t testing.TB, rec *httptest.ResponseRecorder) httplimit.Problem {
+	t.Helper()
+	if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	var p httplimit.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+		t.Fatalf("body %q: %v", rec.Body, err)
+	}
+	if p.Status != rec.Code {
+		t.Errorf("problem status %d, response %d", p.Status, rec.Code)
+	}
+	return p
+}
+
+func wantStatus(t testing.TB, rec *httptest.ResponseRecorder, code int) {
+	t.Helper()
+	if rec.Code != code {
+		t.Fatalf("status %d, want %d; headers %v; body %s", rec.Code, code, rec.Header(), rec.Body)
+	}
+}
+
+func wantHeader(t testing.TB, rec *httptest.ResponseRecorder, name, want string) {
+	t.Helper()
+	if got := rec.Header().Values(name); want == "" && len(got) != 0 || want != "" && !slices.Equal(got, []string{want}) {
+		t.Errorf("%s = %q, want %q", name, got, want)
+	}
+}
+
+func TestAllowedAndDenied(t *testing.T) {
+	e := newEnv(t)
+	h := wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: e.limiter("api", "fixed_window 2/1m"), Key: clientKey}}})
+
+	rec := do(t, h, get("a"))
+	wantStatus(t, rec, 200)
+	if rec.Body.String() != "ok" {
+		t.Errorf("body %q", rec.Body)
+	}
+	wantHeader(t, rec, "RateLimit-Policy", `"api";q=2;w=60`)
+	wantHeader(t, rec, "RateLimit", `"api";r=1;t=60`)
+	wantHeader(t, rec, "Retry-After", "")
+
+	e.clock.Advance(15*time.Second + 300*time.Millisecond)
+	rec = do(t, h, get("a"))
+	wantStatus(t, rec, 200)
+	wantHeader(t, rec, "RateLimit", `"api";r=0;t=45`) // 44.7 s rounded up
+
+	rec = do(t, h, get("a"))
+	wantStatus(t, rec, http.StatusTooManyRequests)
+	wantHeader(t, rec, "RateLimit-Policy", `"api";q=2;w=60`)
+	wantHeader(t, rec, "RateLimit", `"api";r=0;t=45`)
+	wantHeader(t, rec, "Retry-After", "45")
+	p := problem(t, rec)
+	want := httplimit.Problem{
+		Type:             "https://iana.org/assignments/http-problem-types#quota-exceeded",
+		Title:            "Too Many Requests",
+		Status:           429,
+		Detail:           "The request exceeds the rate limit: retry in 45 s.",
+		ViolatedPolicies: []string{"api"},
+	}
+	if !equalProblem(p, want) {
+		t.Errorf("problem %+v, want %+v", p, want)
+	}
+	// The raw body uses the draft's member name.
+	if !strings.Contains(rec.Body.String(), `"violated-policies":["api"]`) {
+		t.Errorf("body %s", rec.Body)
+	}
+
+	// Another key has its own quota.
+	wantStatus(t, do(t, h, get("b")), 200)
+	// After Retry-After, the same client passes again.
+	e.clock.Advance(45 * time.Second)
+	wantStatus(t, do(t, h, get("a")), 200)
+}
+
+func equalProblem(a, b httplimit.Problem) bool {
+	return a.Type == b.Type && a.Title == b.Title && a.Status == b.Status && a.Detail == b.Detail &&
+		slices.Equal(a.ViolatedPolicies, b.ViolatedPolicies)
+}
+
+// TestNeverAllowed is SPEC.md rule 14: a cost the policy can never admit
+// gives a 429 without Retry-After, and RateLimit without t.
+func TestNeverAllowed(t *testing.T) {
+	e := newEnv(t)
+	h := wrap(t, httplimit.Config{
+		Rules:   []httplimit.Rule{{Limiter: e.limiter("closed", "fixed_window 0/1m"), Key: clientKey}},
+		Headers: httplimit.IETF | httplimit.XRateLimit | httplimit.RetryAfter,
+	})
+	rec := do(t, h, get("a"))
+	wantStatus(t, rec, 429)
+	wantHeader(t, rec, "Retry-After", "")
+	wantHeader(t, rec, "RateLimit", `"closed";r=0`)
+	wantHeader(t, rec, "X-RateLimit-Limit", "0")
+	wantHeader(t, rec, "X-RateLimit-Reset", "0")
+	if p := problem(t, rec); !strings.Contains(p.Detail, "retrying will not help") {
+		t.Errorf("detail %q", p.Detail)
+	}
+}
+
+func TestXRateLimitHeaders(t *testing.T) {
+	e := newEnv(t)
+	lim := e.limiter("api", "gcra 10/1s burst 5")
+	now := time.Unix(1_800_000_000, 0)
+	for _, c := range []struct {
+		sel       httplimit.Headers
+		wantReset string
+	}{
+		{httplimit.XRateLimit, "1"},
+		{httplimit.XRateLimit | httplimit.XRateLimitResetUnix, "1800000001"},
+	} {
+		h := wrap(t, httplimit.Config{
+			Rules: []httplimit.Rule{{Limiter: lim, Key: clientKey}}, Headers: c.sel,
+			Now: func() time.Time { return now },
+		})
+		rec := do(t, h, get(c.sel.String()))
+		wantStatus(t, rec, 200)
+		wantHeader(t, rec, "X-RateLimit-Limit", "10")
+		wantHeader(t, rec, "X-RateLimit-Remaining", "4")
+		wantHeader(t, rec, "X-RateLimit-Reset", c.wantReset) // 100ms rounded up
+		wantHeader(t, rec, "RateLimit", "")
+		wantHeader(t, rec, "RateLimit-Policy", "")
+	}
+	h := wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: lim, Key: clientKey}}, Headers: httplimit.NoHeaders})
+	rec := do(t, h, get("none"))
+	if len(rec.Header()) != 1 { // Content-Type of the handler
+		t.Errorf("NoHeaders: %v", rec.Header())
+	}
+}
+
+// TestSeveralPolicies checks the binding policy and what a denied request
+// consumes: the rules before the one that denied, not the ones after it.
+func TestSeveralPolicies(t *testing.T) {
+	e := newEnv(t)
+	wide := e.limiter("wide", "fixed_window 3/1m")
+	narrow := e.limiter("narrow", "fixed_window 1/1h")
+	remaining := func(lim *floodgate.Limiter, key string) int64 {
+		d, err := lim.Peek(context.Background(), key, 1)
+		if err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+		return d.Remaining + 1 // a peek tells what remains after the add it previews
+	}
+
+	// wide first: a request denied by narrow still consumed from wide.
+	h := wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: wide, Key: clientKey}, {Limiter: narrow, Key: clientKey}}})
+	rec := do(t, h, get("a"))
+	wantStatus(t, rec, 200)
+	wantHeader(t, rec, "RateLimit-Policy", `"wide";q=3;w=60, "narrow";q=1;w=3600`)
+	wantHeader(t, rec, "RateLimit", `"narrow";r=0;t=3600`) // the least remaining
+	rec = do(t, h, get("a"))
+	wantStatus(t, rec, 429)
+	wantHeader(t, rec, "RateLimit", `"narrow";r=0;t=3600`)
+	if got := remaining(wide, "a"); got != 1 {
+		t.Errorf("wide remaining %d after a denied request, want 1 (consumed)", got)
+	}
+
+	// narrow first: a request it denies consumes nothing from wide.
+	h = wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: narrow, Key: clientKey}, {Limiter: wide, Key: clientKey}}})
+	wantStatus(t, do(t, h, get("b")), 200)
+	for range 3 {
+		wantStatus(t, do(t, h, get("b")), 429)
+	}
+	if got := remaining(wide, "b"); got != 2 {
+		t.Errorf("wide remaining %d after denied requests, want 2 (peeked only)", got)
+	}
+
+	// When several deny, the binding one is the longest wait, and every
+	// denying policy is violated.
+	e2 := newEnv(t)
+	minute, hour := e2.limiter("minute", "fixed_window 1/1m"), e2.limiter("hour", "fixed_window 1/1h")
+	h = wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: minute, Key: clientKey}, {Limiter: hour, Key: clientKey}}})
+	wantStatus(t, do(t, h, get("d")), 200)
+	e2.clock.Advance(10 * time.Second)
+	rec = do(t, h, get("d"))
+	wantStatus(t, rec, 429)
+	wantHeader(t, rec, "Retry-After", "3590")
+	wantHeader(t, rec, "RateLimit", `"hour";r=0;t=3590`)
+	if p := problem(t, rec); !slices.Equal(p.ViolatedPolicies, []string{"minute", "hour"}) {
+		t.Errorf("violated-policies %q", p.ViolatedPolicies)
+	}
+}
+
+// TestMultiLimitPolicy checks the item names of a policy with several
+// limits.
+func TestMultiLimitPolicy(t *testing.T) {
+	e := newEnv(t)
+	h := wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: e.limiter("login", "sliding_window 1/5s resolution 1s, 3/1h resolution 10m"), Key: clientKey}}})
+	rec := do(t, h, get("a"))
+	wantStatus(t, rec, 200)
+	wantHeader(t, rec, "RateLimit-Policy", `"login/0";q=1;w=5, "login/1";q=3;w=3600`)
+	wantHeader(t, rec, "RateLimit", `"login/0";r=0;t=5`)
+	rec = do(t, h, get("a"))
+	wantStatus(t, rec, 429)
+	wantHeader(t, rec, "Retry-After", "5")
+	if p := problem(t, rec); !slices.Equal(p.ViolatedPolicies, []string{"login/0"}) {
+		t.Errorf("violated-policies %q", p.ViolatedPolicies)
+	}
+}
+
+func TestShadow(t *testing.T) {
+	e := newEnv(t)
+	var seen [][]httplimit.Result
+	h := wrap(t, httplimit.Config{
+		Rules:      []httplimit.Rule{{Limiter: e.limiter("api", "fixed_window 1/1m"), Key: clientKey}},
+		Shadow:     true,
+		OnDecision: func(r *http.Request, res []httplimit.Result) { seen = append(seen, res) },
+	})
+	wantStatus(t, do(t, h, get("a")), 200)
+	rec := do(t, h, get("a"))
+	wantStatus(t, rec, 200) // denied, but shadow mode never blocks
+	wantHeader(t, rec, "RateLimit", `"api";r=0;t=60`)
+	wantHeader(t, rec, "Retry-After", "")
+	rec = do(t, h, get("")) // no key: reported, not blocked
+	wantStatus(t, rec, 200)
+	if len(seen) != 3 || !seen[0][0].Decision.Allowed || seen[1][0].Decision.Allowed || !errors.Is(seen[2][0].Err, httplimit.ErrKey) {
+		t.Errorf("hook saw %+v", seen)
+	}
+}
+
+func TestCustomDenied(t *testing.T) {
+	e := newEnv(t)
+	h := wrap(t, httplimit.Config{
+		Rules: []httplimit.Rule{{Limiter: e.limiter("api", "fixed_window 0/1m"), Key: clientKey}},
+		Denied: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			res := httplimit.Results(r.Context())
+			w.WriteHeader(http.StatusTeapot)
+			fmt.Fprintf(w, "%d %s %v", len(res), res[0].Policy.Name, res[0].Decision.Allowed)
+		}),
+	})
+	rec := do(t, h, get("a"))
+	wantStatus(t, rec, http.StatusTeapot)
+	if rec.Body.String() != "1 api false" {
+		t.Errorf("body %q", rec.Body)
+	}
+	wantHeader(t, rec, "RateLimit", `"api";r=0`)
+	if got := httplimit.Results(context.Background()); got != nil {
+		t.Errorf("Results of a bare context = %v", got)
+	}
+}
+
+func TestKeyErrors(t *testing.T) {
+	e := newEnv(t, memstore.WithMaxKeyLen(8))
+	first := e.limiter("first", "fixed_window 5/1m")
+	var hooked []httplimit.Result
+	for _, status := range []int{0, 400, 500} {
+		h := wrap(t, httplimit.Config{
+			Rules: []httplimit.Rule{
+				{Limiter: first, Key: httplimit.Header("X-Other")},
+				{Limiter: e.limiter("second", "fixed_window 5/1m"), Key: clientKey},
+			},
+			KeyErrorStatus: status,
+			OnDecision:     func(r *http.Request, res []httplimit.Result) { hooked = res },
+		})
+		want := max(status, 400)
+		for _, c := range []struct {
+			name   string
+			req    *http.Request
+			failed []bool
+		}{
+			{"missing key", get(""), []bool{true, true}},
+			{"overlong key", func() *http.Request { r := get("too-long-key"); r.Header.Set("X-Other", "o"); return r }(), []bool{false, true}},
+		} {
+			rec := do(t, h, c.req)
+			wantStatus(t, rec, want)
+			if p := problem(t, rec); p.Type != httplimit.BlankType || p.Title != http.StatusText(want) {
+				t.Errorf("%s: problem %+v", c.name, p)
+			}
+			if strings.Contains(rec.Body.String(), "too-long-key") {
+				t.Errorf("%s: body %s contains the key", c.name, rec.Body)
+			}
+			for i, f := range c.failed {
+				if got := errors.Is(hooked[i].Err, httplimit.ErrKey); got != f {
+					t.Errorf("%s: rule %d: key error %v, want %v", c.name, i, hooked[i].Err, f)
+				}
+			}
+		}
+	}
+	// The overlong keys were found after the first rule had consumed: one
+	// unit per request (of three); a missing key consumed nothing.
+	if d, _ := first.Peek(context.Background(), "o", 1); d.Remaining != 1 {
+		t.Errorf("first rule: a peek has %d remaining, want 1 (3 of 5 consumed)", d.Remaining)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	e := newEnv(t)
+	lim := e.limiter("api", "gcra 1/1s")
+	rules := []httplimit.Rule{{Limiter: lim, Key: clientKey}}
+	for _, c := range []struct {
+		cfg  httplimit.Config
+		want []string
+	}{
+		{httplimit.Config{}, []string{"Rules = []: at least one rule"}},
+		{httplimit.Config{Rules: []httplimit.Rule{{Key: clientKey}}}, []string{"Rules[0].Limiter = nil"}},
+		{httplimit.Config{Rules: []httplimit.Rule{{Limiter: lim}}}, []string{"Rules[0].Key = nil"}},
+		{httplimit.Config{Rules: rules, Failure: httplimit.Failure{Mode: httplimit.FailFallback}}, []string{"Rules[0].Fallback = nil"}},
+		{httplimit.Config{Rules: rules, Failure: httplimit.Failure{Mode: 7}}, []string{"Failure.Mode = FailureMode(7)"}},
+		{httplimit.Config{Rules: rules, Failure: httplimit.Failure{RetryAfter: 1500 * time.Millisecond}}, []string{"Failure.RetryAfter = 1.5s: whole seconds"}},
+		{httplimit.Config{Rules: rules, KeyErrorStatus: 403}, []string{"KeyErrorStatus = 403: 0 (meaning 400), 400 or 500"}},
+		{httplimit.Config{Rules: rules, Headers: httplimit.NoHeaders | httplimit.IETF}, []string{"Headers = IETF|NoHeaders"}},
+		{httplimit.Config{Rules: rules, Headers: httplimit.XRateLimitResetUnix}, []string{"XRateLimitResetUnix together with XRateLimit"}},
+		{httplimit.Config{Rules: rules, Headers: 0x40}, []string{"Headers = Headers(0x40)"}},
+		{httplimit.Config{Rules: []httplimit.Rule{{}, {}}, KeyErrorStatus: 1}, []string{"Rules[0].Limiter", "Rules[1].Limiter", "KeyErrorStatus = 1"}},
+	} {
+		_, err := httplimit.New(c.cfg)
+		if !errors.Is(err, httplimit.ErrInvalidConfig) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", c.cfg, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("New: %q does not contain %q", err, w)
+			}
+		}
+	}
+}
+
+// flakyStore is a store that can be made to fail or to hang until its
+// context is done.
+type flakyStore struct {
+	floodgate.Store
+	fail, hang atomic.Bool
+	calls      atomic.Int64
+}
+
+func (s *flakyStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	s.calls.Add(1)
+	switch {
+	case s.hang.Load():
+		<-ctx.Done()
+		return floodgate.Decision{}, fmt.Errorf("%w: flaky: %w", floodgate.ErrUnavailable, ctx.Err())
+	case s.fail.Load():
+		return floodgate.Decision{}, fmt.Errorf("%w: flaky: down", floodgate.ErrUnavailable)
+	}
+	return s.Store.Take(ctx, req)
+}
+
+func TestFailureModes(t *testing.T) {
+	e := newEnv(t)
+	flaky := &flakyStore{Store: e.store}
+	primary := newLimiter(t, flaky, "api", "fixed_window 100/1m")
+	fallback := e.limiter("api-local", "fixed_window 1/1m")
+	var mu sync.Mutex
+	var last []httplimit.Result
+	hook := func(r *http.Request, res []httplimit.Result) { mu.Lock(); last = res; mu.Unlock() }
+	newH := func(f httplimit.Failure) http.Handler {
+		return wrap(t, httplimit.Config{
+			Rules:      []httplimit.Rule{{Limiter: primary, Key: clientKey, Fallback: fallback}},
+			Failure:    f,
+			OnDecision: hook,
+		})
+	}
+	flaky.fail.Store(true)
+
+	t.Run("open", func(t *testing.T) {
+		rec := do(t, newH(httplimit.Failure{}), get("a"))
+		wantStatus(t, rec, 200)
+		wantHeader(t, rec, "RateLimit-Policy", `"api";q=100;w=60`)
+		wantHeader(t, rec, "RateLimit", "") // nothing known to report
+		if r := last[0]; !r.Decision.Allowed || !r.Decision.Degraded || !errors.Is(r.Err, floodgate.ErrUnavailable) || r.Fallback {
+			t.Errorf("hook saw %+v", r)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		rec := do(t, newH(httplimit.Failure{Mode: httplimit.FailClosed, RetryAfter: 3 * time.Second}), get("a"))
+		wantStatus(t, rec, 503)
+		wantHeader(t, rec, "Retry-After", "3")
+		if p := problem(t, rec); p.Type != httplimit.BlankType || p.Title != "Service Unavailable" {
+			t.Errorf("problem %+v", p)
+		}
+		if r := last[0]; r.Decision.Allowed || !r.Decision.Degraded || !errors.Is(r.Err, floodgate.ErrUnavailable) {
+			t.Errorf("hook saw %+v", r)
+		}
+		rec = do(t, newH(httplimit.Failure{Mode: httplimit.FailClosed}), get("a"))
+		wantHeader(t, rec, "Retry-After", "1")
+	})
+	t.Run("fallback", func(t *testing.T) {
+		h := newH(httplimit.Failure{Mode: httplimit.FailFallback})
+		rec := do(t, h, get("a"))
+		wantStatus(t, rec, 200)
+		wantHeader(t, rec, "RateLimit", `"api-local";r=0;t=60`)
+		if r := last[0]; !r.Fallback || !r.Decision.Degraded || r.Policy.Name != "api-local" || !errors.Is(r.Err, floodgate.ErrUnavailable) {
+			t.Errorf("hook saw %+v", r)
+		}
+		rec = do(t, h, get("a"))
+		wantStatus(t, rec, 429)
+		wantHeader(t, rec, "Retry-After", "60")
+		if p := problem(t, rec); !slices.Equal(p.ViolatedPolicies, []string{"api-local"}) {
+			t.Errorf("problem %+v", p)
+		}
+	})
+	t.Run("fallback fails too", func(t *testing.T) {
+		broken := &flakyStore{Store: e.store}
+		broken.fail.Store(true)
+		h := wrap(t, httplimit.Config{
+			Rules:      []httplimit.Rule{{Limiter: primary, Key: clientKey, Fallback: newLimiter(t, broken, "x", "gcra 1/1s")}},
+			Failure:    httplimit.Failure{Mode: httplimit.FailFallback},
+			OnDecision: hook,
+		})
+		wantStatus(t, do(t, h, get("a")), 200)
+		if r := last[0]; r.Fallback || !r.Decision.Allowed || !r.Decision.Degraded || !strings.Contains(r.Err.Error(), "down\nfloodgate") {
+			t.Errorf("hook saw %+v (%v)", r, r.Err)
+		}
+	})
+	t.Run("closed but another rule denies", func(t *testing.T) {
+		h := wrap(t, httplimit.Config{
+			Rules: []httplimit.Rule{
+				{Limiter: e.limiter("zero", "fixed_window 0/1m"), Key: clientKey},
+				{Limiter: primary, Key: clientKey},
+			},
+			Failure: httplimit.Failure{Mode: httplimit.FailClosed},
+		})
+		rec := do(t, h, get("a"))
+		wantStatus(t, rec, 429)
+		wantHeader(t, rec, "RateLimit", `"zero";r=0`)
+	})
+	flaky.fail.Store(false)
+	flaky.hang.Store(true)
+	t.Run("timeout", func(t *testing.T) {
+		for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed, httplimit.FailFallback} {
+			h := newH(httplimit.Failure{Mode: mode, Timeout: 30 * time.Millisecond})
+			start := time.Now()
+			rec := do(t, h, get("t-"+mode.String()))
+			if took := time.Since(start); took < 30*time.Millisecond || took > 130*time.Millisecond {
+				t.Errorf("%s: request took %v with a 30ms timeout", mode, took)
+			}
+			if want := map[httplimit.FailureMode]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503, httplimit.FailFallback: 200}[mode]; rec.Code != want {
+				t.Errorf("%s: status %d, want %d", mode, rec.Code, want)
+			}
+			if !errors.Is(last[0].Err, context.DeadlineExceeded) {
+				t.Errorf("%s: hook error %v, want the deadline", mode, last[0].Err)
+			}
+		}
+	})
+}
+
+func TestFailureModeString(t *testing.T) {
+	for m, want := range map[httplimit.FailureMode]string{
+		httplimit.FailOpen: "fail-open", httplimit.FailClosed: "fail-closed", httplimit.FailFallback: "fallback", 9: "FailureMode(9)",
+	} {
+		if got := m.String(); got != want {
+			t.Errorf("String() = %s, want %s", got, want)
+		}
+	}
+}
+
+// TestSpoofedForwardingThroughMiddleware checks end to end that a client
+// cannot escape its quota by sending forwarding fields, while clients
+// behind a trusted proxy each get their own.
+func TestSpoofedForwardingThroughMiddleware(t *testing.T) {
+	e := newEnv(t)
+	kf := mustClientIP(t, httplimit.IPConfig{TrustedProxies: proxies, Header: httplimit.XForwardedFor})
+	h := wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: e.limiter("ip", "fixed_window 1/1m"), Key: kf}}})
+	req := func(peer, xff string) *http.Request {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = peer
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		return r
+	}
+	wantStatus(t, do(t, h, req("203.0.113.9:1000", "198.51.100.1")), 200)
+	wantStatus(t, do(t, h, req("203.0.113.9:1001", "198.51.100.2")), 429) // same peer, spoofed field ignored
+	wantStatus(t, do(t, h, req("10.0.0.1:1000", "198.51.100.1")), 200)
+	wantStatus(t, do(t, h, req("10.0.0.2:1000", "198.51.100.2, 10.0.0.1")), 200)
+	wantStatus(t, do(t, h, req("10.0.0.1:1001", "203.0.113.77, 198.51.100.1")), 429) // the client's own spoof is left of it
+	rec := do(t, h, req("10.0.0.1:1002", "bogus"))
+	wantStatus(t, rec, 400)
+}

@@ -1,0 +1,723 @@
+// Package config reads the configuration of floodgate's service: named
+// policies, the store, the failure policy, the admin token, limits on
+// requests, listeners — and Envoy rate limit domains in the format of
+// envoyproxy/ratelimit, which load unchanged.
+//
+// A configuration is a YAML file or a directory of them. A file with a
+// top-level "domain" key is an Envoy domain (one per file, as
+// envoyproxy/ratelimit has it); any other file is floodgate's own format
+// (see docs/operations.md for its reference). Every problem found is
+// reported at once, each with its file, line and field.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/floodgatehq/floodgate"
+)
+
+// Config is a loaded, validated configuration. Zero fields mean the
+// defaults documented on each.
+type Config struct {
+	// Policies are the named floodgate policies, in file order.
+	Policies []floodgate.Policy
+
+	// Domains are the Envoy rate limit domains, by name order.
+	Domains []*Domain
+
+	Store   Store
+	Failure Failure
+	Admin   Admin
+	Limits  Limits
+	Listen  Listen
+	Envoy   Envoy
+
+	// Sources are the files the configuration was read from.
+	Sources []string
+}
+
+// Store says where limiter state lives.
+type Store struct {
+	// Type is "memory" (the default), "redis", "redis-cluster" or
+	// "redis-sentinel".
+	Type string
+	// URL is the server of type redis: redis://[user:password@]host:port/db,
+	// or rediss:// for TLS.
+	URL string
+	// Addrs are the seed nodes of a cluster, or the sentinels.
+	Addrs []string
+	// Master is the Sentinel master's name.
+	Master string
+	// Username and Password authenticate to a cluster or to the master a
+	// sentinel names (a URL carries its own).
+	Username, Password string
+	// Prefix starts every Redis key; empty means redisstore.DefaultPrefix.
+	Prefix string
+	// Timeout bounds each store call; 0 means 50ms.
+	Timeout time.Duration
+	// MaxKeys bounds the memory store's entries; 0 means no bound.
+	MaxKeys int
+	// HashKeysSecret, when set, stores an HMAC of every key instead of the
+	// key (Redis); at least 16 bytes.
+	HashKeysSecret string
+	// Batching pipelines concurrent decisions to Redis (default true).
+	Batching bool
+	// OverLimitCache answers keys already over a fixed window's limit
+	// locally until the window ends (default true).
+	OverLimitCache bool
+}
+
+// Failure says what the service answers when the store fails or exceeds
+// its timeout.
+type Failure struct {
+	// Mode is "open" (allow; the default), "closed" (deny with
+	// Retry-After) or "fallback" (decide on a local memory store).
+	Mode string
+	// RetryAfter is the Retry-After of a fail-closed denial; 0 means 1s.
+	RetryAfter time.Duration
+}
+
+// Admin protects the admin endpoints (reset, key listings).
+type Admin struct {
+	// Token is the bearer token admin requests must carry. Empty means
+	// admin endpoints answer only when the service listens on loopback.
+	Token string
+}
+
+// Limits bound requests to the service.
+type Limits struct {
+	MaxBodyBytes   int64 // 0 means 1 MiB
+	MaxBatch       int   // items per /v1/check; 0 means 1000
+	MaxKeyBytes    int   // 0 means floodgate.DefaultMaxKeyLen
+	MaxDescriptors int   // per RLS request; 0 means 64
+}
+
+// Envoy holds the settings of envoyproxy/ratelimit that change answers
+// (its environment variables of the same meaning in brackets).
+type Envoy struct {
+	// ShadowMode answers OK overall even when a descriptor is over its
+	// limit; statuses still say OVER_LIMIT (SHADOW_MODE).
+	ShadowMode bool
+	// MergeDomains merges files of the same domain instead of refusing
+	// them (MERGE_DOMAIN_CONFIG).
+	MergeDomains bool
+	// ResponseHeaders adds the RateLimit and RateLimit-Policy fields of the
+	// binding descriptor to RLS responses (default true).
+	ResponseHeaders bool
+}
+
+// Listen holds the service's addresses.
+type Listen struct {
+	HTTP, GRPC string // empty means 127.0.0.1:8080 and 127.0.0.1:8081
+	// TLSCert and TLSKey, both or neither, serve gRPC over TLS.
+	TLSCert, TLSKey string
+}
+
+// Defaults of the fields above.
+const (
+	DefaultTimeout        = 50 * time.Millisecond
+	DefaultRetryAfter     = time.Second
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultMaxBatch       = 1000
+	DefaultMaxDescriptors = 64
+	DefaultHTTP           = "127.0.0.1:8080"
+	DefaultGRPC           = "127.0.0.1:8081"
+)
+
+// withDefaults fills the zero fields that have defaults.
+func (c *Config) withDefaults() {
+	if c.Store.Type == "" {
+		c.Store.Type = "memory"
+	}
+	if c.Store.Timeout == 0 {
+		c.Store.Timeout = DefaultTimeout
+	}
+	if c.Failure.Mode == "" {
+		c.Failure.Mode = "open"
+	}
+	if c.Failure.RetryAfter == 0 {
+		c.Failure.RetryAfter = DefaultRetryAfter
+	}
+	if c.Limits.MaxBodyBytes == 0 {
+		c.Limits.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Limits.MaxBatch == 0 {
+		c.Limits.MaxBatch = DefaultMaxBatch
+	}
+	if c.Limits.MaxKeyBytes == 0 {
+		c.Limits.MaxKeyBytes = floodgate.DefaultMaxKeyLen
+	}
+	if c.Limits.MaxDescriptors == 0 {
+		c.Limits.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if c.Listen.HTTP == "" {
+		c.Listen.HTTP = DefaultHTTP
+	}
+	if c.Listen.GRPC == "" {
+		c.Listen.GRPC = DefaultGRPC
+	}
+}
+
+// Policy returns the named policy, or false.
+func (c *Config) Policy(name string) (floodgate.Policy, bool) {
+	for _, p := range c.Policies {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return floodgate.Policy{}, false
+}
+
+// Load reads the configuration at path: a YAML file, or a directory whose
+// *.yaml and *.yml files (those of subdirectories too, not hidden ones)
+// are read in name order. At most one file may be in floodgate's own
+// format; every other file is an Envoy domain. The error, when the
+// configuration is invalid, is an Errors listing every problem with its
+// file and line; it wraps ErrInvalid.
+func Load(path string) (*Config, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var files []string
+	if info.IsDir() {
+		if files, err = yamlFiles(path); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("%w: %s: no *.yaml or *.yml files", ErrInvalid, path)
+		}
+	} else {
+		files = []string{path}
+	}
+	srcs := make([]Source, 0, len(files))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		srcs = append(srcs, Source{Name: f, Data: data})
+	}
+	return Parse(srcs...)
+}
+
+// yamlFiles returns the *.yaml and *.yml files under dir, subdirectories
+// included, in name order, skipping hidden files and directories (such as
+// a Kubernetes ConfigMap's ..data, whose files the visible symlinks name).
+// Symlinks to files are followed.
+func yamlFiles(dir string) ([]string, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if path != dir && strings.HasPrefix(name, ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+			return nil
+		}
+		if st, err := os.Stat(path); err != nil || st.IsDir() {
+			return nil // a dangling symlink, or one to a directory
+		}
+		files = append(files, path)
+		return nil
+	})
+	sort.Strings(files)
+	return files, err
+}
+
+// Source is one configuration file's name and contents.
+type Source struct {
+	Name string
+	Data []byte
+}
+
+// Parse reads configuration files given as bytes, as Load does.
+func Parse(srcs ...Source) (*Config, error) {
+	c := &collector{}
+	cfg := &Config{Store: Store{Batching: true, OverLimitCache: true}, Envoy: Envoy{ResponseHeaders: true}}
+	native := ""
+	for _, src := range srcs {
+		cfg.Sources = append(cfg.Sources, src.Name)
+		r := &reader{file: src.Name, c: c}
+		var doc yaml.Node
+		dec := yaml.NewDecoder(bytes.NewReader(src.Data))
+		if err := dec.Decode(&doc); err != nil {
+			if errors.Is(err, io.EOF) {
+				c.add(src.Name, 0, "", "an empty file: want a mapping at the top level")
+				continue
+			}
+			line := 0
+			var te *yaml.TypeError
+			if !errors.As(err, &te) {
+				line = yamlErrorLine(err)
+			}
+			c.add(src.Name, line, "", "not valid YAML: %s", cleanYAMLError(err))
+			continue
+		}
+		if !r.onlyDocument(dec) || !r.checkAliases(&doc) {
+			continue
+		}
+		root := resolve(&doc)
+		if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+			root = resolve(root.Content[0])
+		}
+		if root.Kind != yaml.MappingNode {
+			r.errorf(root, "", "want a mapping at the top level, found %s", describe(root))
+			continue
+		}
+		if isEnvoyDomain(root) {
+			if d := r.envoyDomain(root); d != nil {
+				cfg.Domains = append(cfg.Domains, d)
+			}
+			continue
+		}
+		if native != "" {
+			r.errorf(root, "", "a second file in floodgate's format (the first is %s); put its settings in one file", native)
+			continue
+		}
+		native = src.Name
+		r.native(root, cfg)
+	}
+	cfg.withDefaults()
+	checkDomains(c, cfg)
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// onlyDocument reports a second document after the one read (an empty
+// one, as a trailing "---" makes, is fine); it returns false then.
+func (r *reader) onlyDocument(dec *yaml.Decoder) bool {
+	for {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		switch {
+		case errors.Is(err, io.EOF):
+			return true
+		case err != nil:
+			r.c.add(r.file, yamlErrorLine(err), "", "not valid YAML: %s", cleanYAMLError(err))
+			return false
+		}
+		if v := resolve(&next); len(v.Content) == 1 && v.Content[0].Tag == "!!null" && v.Content[0].Value == "" {
+			continue
+		}
+		r.errorf(&next, "", "a second YAML document: give one per file")
+		return false
+	}
+}
+
+// native reads floodgate's own format.
+func (r *reader) native(root *yaml.Node, cfg *Config) {
+	fs := r.fields(root, "", "policies", "store", "failure", "admin", "limits", "listen", "envoy")
+	if f, ok := fs["envoy"]; ok {
+		ef := r.fields(f.value, "envoy", "shadow_mode", "merge_domains", "response_headers")
+		for _, b := range []struct {
+			key string
+			dst *bool
+		}{{"shadow_mode", &cfg.Envoy.ShadowMode}, {"merge_domains", &cfg.Envoy.MergeDomains}, {"response_headers", &cfg.Envoy.ResponseHeaders}} {
+			if v, ok := ef[b.key]; ok {
+				*b.dst, _ = r.boolean(v.value, "envoy."+b.key)
+			}
+		}
+	}
+	if f, ok := fs["policies"]; ok {
+		r.policies(f.value, cfg)
+	}
+	if f, ok := fs["store"]; ok {
+		r.store(f.value, &cfg.Store)
+	}
+	if f, ok := fs["failure"]; ok {
+		ff := r.fields(f.value, "failure", "mode", "retry_after")
+		if v, ok := ff["mode"]; ok {
+			if s, ok := r.str(v.value, "failure.mode"); ok {
+				if !contains([]string{"open", "closed", "fallback"}, s) {
+					r.errorf(v.value, "failure.mode", "want open, closed or fallback, found %q", s)
+				}
+				cfg.Failure.Mode = s
+			}
+		}
+		if v, ok := ff["retry_after"]; ok {
+			if d, ok := r.duration(v.value, "failure.retry_after", time.Second); ok {
+				cfg.Failure.RetryAfter = d
+			}
+		}
+	}
+	if f, ok := fs["admin"]; ok {
+		af := r.fields(f.value, "admin", "token")
+		if v, ok := af["token"]; ok {
+			if s, ok := r.str(v.value, "admin.token"); ok {
+				if len(s) < 16 {
+					r.errorf(v.value, "admin.token", "want a token of at least 16 characters (or none, with FLOODGATE_ADMIN_TOKEN)")
+				}
+				cfg.Admin.Token = s
+			}
+		}
+	}
+	if f, ok := fs["limits"]; ok {
+		lf := r.fields(f.value, "limits", "max_body_bytes", "max_batch", "max_key_bytes", "max_descriptors")
+		if v, ok := lf["max_body_bytes"]; ok {
+			cfg.Limits.MaxBodyBytes, _ = r.integer(v.value, "limits.max_body_bytes", 1024, 1<<30)
+		}
+		if v, ok := lf["max_batch"]; ok {
+			n, _ := r.integer(v.value, "limits.max_batch", 1, 100_000)
+			cfg.Limits.MaxBatch = int(n)
+		}
+		if v, ok := lf["max_key_bytes"]; ok {
+			n, _ := r.integer(v.value, "limits.max_key_bytes", 1, 1<<20)
+			cfg.Limits.MaxKeyBytes = int(n)
+		}
+		if v, ok := lf["max_descriptors"]; ok {
+			n, _ := r.integer(v.value, "limits.max_descriptors", 1, 10_000)
+			cfg.Limits.MaxDescriptors = int(n)
+		}
+	}
+	if f, ok := fs["listen"]; ok {
+		lf := r.fields(f.value, "listen", "http", "grpc", "tls_cert", "tls_key")
+		get := func(k string) string {
+			if v, ok := lf[k]; ok {
+				s, _ := r.str(v.value, "listen."+k)
+				return s
+			}
+			return ""
+		}
+		cfg.Listen = Listen{HTTP: get("http"), GRPC: get("grpc"), TLSCert: get("tls_cert"), TLSKey: get("tls_key")}
+		if (cfg.Listen.TLSCert == "") != (cfg.Listen.TLSKey == "") {
+			r.errorf(f.value, "listen", "tls_cert and tls_key go together: give both or neither")
+		}
+	}
+}
+
+// policyFields are the keys of a policy written as a mapping: SPEC.md's
+// names, as floodgate.Policy's JSON form.
+var policyFields = []string{"algorithm", "limits", "max", "limit", "window", "align", "burst", "interval",
+	"min_interval", "rate", "count_denied", "track", "retention"}
+
+func (r *reader) policies(n *yaml.Node, cfg *Config) {
+	fs, ok := r.mapping(n, "policies")
+	if !ok {
+		return
+	}
+	for _, f := range fs {
+		path := "policies." + f.key
+		v := resolve(f.value)
+		var p floodgate.Policy
+		var err error
+		switch {
+		case v.Kind == yaml.ScalarNode && v.Tag != "!!null":
+			p, err = floodgate.ParsePolicy(f.key, v.Value)
+		case v.Kind == yaml.MappingNode:
+			known := r.fields(v, path, policyFields...)
+			if len(known) != len(v.Content)/2 {
+				continue // unknown fields reported
+			}
+			m, ok := r.policyJSON(known, path)
+			if !ok {
+				continue // fields of the wrong type reported
+			}
+			var data []byte
+			if data, err = json.Marshal(m); err == nil {
+				err = json.Unmarshal(data, &p)
+			}
+			if err == nil {
+				p.Name = f.key
+				err = p.Validate()
+			}
+		default:
+			r.errorf(v, path, "want a policy: its text form (\"gcra 100/1s burst 10\") or a mapping of its fields, found %s", describe(v))
+			continue
+		}
+		if err != nil {
+			r.policyErrors(v, path, err)
+			continue
+		}
+		cfg.Policies = append(cfg.Policies, p)
+	}
+}
+
+// policyErrors reports a policy's errors at the line of the field each
+// names.
+func (r *reader) policyErrors(n *yaml.Node, path string, err error) {
+	var pes []*floodgate.PolicyError
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		for _, e := range joined.Unwrap() {
+			var pe *floodgate.PolicyError
+			if errors.As(e, &pe) {
+				pes = append(pes, pe)
+			}
+		}
+	} else {
+		var pe *floodgate.PolicyError
+		if errors.As(err, &pe) {
+			pes = append(pes, pe)
+		}
+	}
+	if len(pes) == 0 {
+		r.errorf(n, path, "%v", err)
+		return
+	}
+	for _, pe := range pes {
+		at := locate(n, pe.Field)
+		msg := pe.Allowed // "not a parameter of gcra" reads as it is
+		if !strings.HasPrefix(msg, "not ") {
+			msg = "want " + msg
+		}
+		if pe.Value != "" {
+			msg = pe.Value + ": " + msg
+		}
+		field := path
+		if pe.Field != "name" {
+			field = join(path, pe.Field)
+		}
+		r.errorf(at, field, "%s", msg)
+	}
+}
+
+// locate finds the node of a field path such as limits[1].resolution in a
+// policy mapping, or returns n itself.
+func locate(n *yaml.Node, field string) *yaml.Node {
+	cur := resolve(n)
+	for _, part := range strings.Split(field, ".") {
+		name, idx := part, -1
+		if i := strings.IndexByte(part, '['); i >= 0 && strings.HasSuffix(part, "]") {
+			name = part[:i]
+			idx, _ = strconv.Atoi(part[i+1 : len(part)-1])
+		}
+		if cur == nil || cur.Kind != yaml.MappingNode {
+			return n
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(cur.Content); i += 2 {
+			if cur.Content[i].Value == name {
+				next = resolve(cur.Content[i+1])
+			}
+		}
+		if next == nil {
+			return cur
+		}
+		if idx >= 0 {
+			if next.Kind != yaml.SequenceNode || idx >= len(next.Content) {
+				return next
+			}
+			next = resolve(next.Content[idx])
+		}
+		cur = next
+	}
+	return cur
+}
+
+// policyJSON returns a policy mapping's fields as floodgate.Policy's JSON
+// form reads them, reporting each field of the wrong type at its line
+// (ok is false then).
+func (r *reader) policyJSON(fs map[string]field, path string) (m map[string]any, ok bool) {
+	m = make(map[string]any, len(fs))
+	ok = true
+	for _, k := range policyFields {
+		f, given := fs[k]
+		if !given {
+			continue
+		}
+		var v any
+		good := false
+		switch fp := path + "." + k; k {
+		case "limits":
+			v, good = r.limitsJSON(f.value, fp)
+		case "max", "limit", "burst":
+			v, good = r.number(f.value, fp)
+		case "count_denied", "track":
+			v, good = r.boolean(f.value, fp)
+		default:
+			v, good = r.str(f.value, fp)
+		}
+		m[k] = v
+		ok = ok && good
+	}
+	return m, ok
+}
+
+// limitsJSON returns the limits of a sliding_window or ar1 policy in their
+// JSON form.
+func (r *reader) limitsJSON(n *yaml.Node, path string) ([]any, bool) {
+	items, ok := r.sequence(n, path)
+	if !ok {
+		return nil, false
+	}
+	out := make([]any, len(items))
+	for i, item := range items {
+		ip := path + "[" + strconv.Itoa(i) + "]"
+		fs := r.fields(item, ip, "max", "window", "resolution", "decay")
+		if fs == nil || len(fs) != len(resolve(item).Content)/2 {
+			ok = false
+			continue
+		}
+		m := make(map[string]any, len(fs))
+		for _, k := range []string{"max", "window", "resolution", "decay"} {
+			f, given := fs[k]
+			if !given {
+				continue
+			}
+			var good bool
+			if k == "max" || k == "decay" {
+				m[k], good = r.number(f.value, ip+"."+k)
+			} else {
+				m[k], good = r.str(f.value, ip+"."+k)
+			}
+			ok = ok && good
+		}
+		out[i] = m
+	}
+	return out, ok
+}
+
+// number reads a scalar holding a JSON number, kept as written so that
+// integers beyond 2^53 are not rounded before they are checked.
+func (r *reader) number(n *yaml.Node, path string) (json.Number, bool) {
+	s, ok := r.scalar(n, path, "a number")
+	if !ok {
+		return "", false
+	}
+	var f float64
+	if s == "null" || json.Unmarshal([]byte(s), &f) != nil {
+		r.errorf(n, path, "want a number, found %q", s)
+		return "", false
+	}
+	return json.Number(s), true
+}
+
+func (r *reader) store(n *yaml.Node, s *Store) {
+	fs := r.fields(n, "store", "type", "url", "addrs", "master", "username", "password", "prefix",
+		"timeout", "max_keys", "hash_keys_secret", "batching", "over_limit_cache")
+	str := func(k string) string {
+		if v, ok := fs[k]; ok {
+			s, _ := r.str(v.value, "store."+k)
+			return s
+		}
+		return ""
+	}
+	s.Type, s.URL, s.Master = str("type"), str("url"), str("master")
+	s.Username, s.Password, s.Prefix, s.HashKeysSecret = str("username"), str("password"), str("prefix"), str("hash_keys_secret")
+	if v, ok := fs["addrs"]; ok {
+		s.Addrs, _ = r.strings(v.value, "store.addrs")
+	}
+	if v, ok := fs["timeout"]; ok {
+		s.Timeout, _ = r.duration(v.value, "store.timeout", time.Millisecond)
+	}
+	if v, ok := fs["max_keys"]; ok {
+		n, _ := r.integer(v.value, "store.max_keys", 1, math.MaxInt32)
+		s.MaxKeys = int(n)
+	}
+	if v, ok := fs["batching"]; ok {
+		s.Batching, _ = r.boolean(v.value, "store.batching")
+	}
+	if v, ok := fs["over_limit_cache"]; ok {
+		s.OverLimitCache, _ = r.boolean(v.value, "store.over_limit_cache")
+	}
+	if s.Type == "" {
+		switch {
+		case s.URL != "":
+			s.Type = "redis"
+		case s.Master != "":
+			s.Type = "redis-sentinel"
+		case len(s.Addrs) > 0:
+			s.Type = "redis-cluster"
+		}
+	}
+	line := func(k string) *yaml.Node {
+		if v, ok := fs[k]; ok {
+			return v.value
+		}
+		return n
+	}
+	switch s.Type {
+	case "", "memory":
+		if s.URL != "" || len(s.Addrs) > 0 || s.Master != "" {
+			r.errorf(line("type"), "store.type", "memory takes no url, addrs or master")
+		}
+	case "redis":
+		if s.URL == "" {
+			r.errorf(line("type"), "store.url", "type redis needs a url such as redis://host:6379/0")
+		} else if err := CheckRedisURL(s.URL); err != nil {
+			r.errorf(line("url"), "store.url", "%v", err)
+		}
+	case "redis-cluster":
+		if len(s.Addrs) == 0 {
+			r.errorf(line("type"), "store.addrs", "type redis-cluster needs addrs: the seed nodes, host:port")
+		}
+	case "redis-sentinel":
+		if s.Master == "" || len(s.Addrs) == 0 {
+			r.errorf(line("type"), "store", "type redis-sentinel needs master (the master's name) and addrs (the sentinels)")
+		}
+	default:
+		r.errorf(line("type"), "store.type", "want memory, redis, redis-cluster or redis-sentinel, found %q", s.Type)
+	}
+	if s.MaxKeys != 0 && s.Type != "memory" && s.Type != "" {
+		r.errorf(line("max_keys"), "store.max_keys", "applies to the memory store only")
+	}
+	if s.HashKeysSecret != "" && len(s.HashKeysSecret) < 16 {
+		r.errorf(line("hash_keys_secret"), "store.hash_keys_secret", "want at least 16 bytes")
+	}
+	if s.Prefix != "" && strings.ContainsAny(s.Prefix, "{}*?[]\\ ") {
+		r.errorf(line("prefix"), "store.prefix", "want letters, digits and _ . - / : only, found %q", s.Prefix)
+	}
+}
+
+// CheckRedisURL reports what is wrong with a Redis URL, or nil: its scheme
+// must be redis or rediss, with a host.
+func CheckRedisURL(u string) error {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok || (scheme != "redis" && scheme != "rediss") || rest == "" || strings.HasPrefix(rest, "/") {
+		return fmt.Errorf("want redis://[user:password@]host:port[/db] or rediss:// for TLS, found %q", redactURL(u))
+	}
+	return nil
+}
+
+// redactURL hides a URL's password.
+func redactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+			return scheme + "://" + user + ":***@" + rest[at+1:]
+		}
+	}
+	return u
+}
+
+func yamlErrorLine(err error) int {
+	var n int
+	if _, e := fmt.Sscanf(strings.TrimPrefix(err.Error(), "yaml: "), "line %d:", &n); e == nil {
+		return n
+	}
+	return 0
+}
+
+func cleanYAMLError(err error) string {
+	s := strings.TrimPrefix(err.Error(), "yaml: ")
+	if i := strings.Index(s, ": "); i >= 0 && strings.HasPrefix(s, "line ") {
+		s = s[i+2:]
+	}
+	return s
+}

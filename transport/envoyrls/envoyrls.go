@@ -1,0 +1,221 @@
+// Package envoyrls serves Envoy's rate limit service API
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, from
+// go-control-plane) over a service.Service, and the same request in
+// envoyproxy/ratelimit's JSON form (POST /json). Answers follow
+// envoyproxy/ratelimit's (docs/envoy-ratelimit-semantics.md).
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgatehq/floodgate/service"
+)
+
+// Server implements RateLimitServiceServer.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	svc *service.Service
+}
+
+// Register registers the rate limit service of svc on s.
+func Register(s *grpc.Server, svc *service.Service) *Server {
+	srv := &Server{svc: svc}
+	rlsv3.RegisterRateLimitServiceServer(s, srv)
+	return srv
+}
+
+// ShouldRateLimit decides every descriptor of req. A bad request is
+// InvalidArgument naming the field; a failing store is not an error (the
+// failure policy decides).
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	r, err := FromProto(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp, err := s.svc.ShouldRateLimit(ctx, r)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return ToProto(resp), nil
+}
+
+func grpcError(err error) error {
+	var re *service.RequestError
+	switch {
+	case errors.As(err, &re):
+		return status.Error(codes.InvalidArgument, re.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// units maps the RLS units to config's names.
+var units = map[rlsv3.RateLimitResponse_RateLimit_Unit]string{
+	rlsv3.RateLimitResponse_RateLimit_SECOND: "second",
+	rlsv3.RateLimitResponse_RateLimit_MINUTE: "minute",
+	rlsv3.RateLimitResponse_RateLimit_HOUR:   "hour",
+	rlsv3.RateLimitResponse_RateLimit_DAY:    "day",
+	rlsv3.RateLimitResponse_RateLimit_WEEK:   "week",
+	rlsv3.RateLimitResponse_RateLimit_MONTH:  "month",
+	rlsv3.RateLimitResponse_RateLimit_YEAR:   "year",
+}
+
+func unitOf(name string) rlsv3.RateLimitResponse_RateLimit_Unit {
+	for u, n := range units {
+		if n == name {
+			return u
+		}
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+// FromProto converts an RLS request. It refuses what floodgate does not
+// decide: negative hits.
+func FromProto(req *rlsv3.RateLimitRequest) (service.RLSRequest, error) {
+	out := service.RLSRequest{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
+	for i, d := range req.GetDescriptors() {
+		if d.GetIsNegativeHits() {
+			return service.RLSRequest{}, fmt.Errorf("descriptors[%d].is_negative_hits: negative hits are not supported", i)
+		}
+		sd := service.RLSDescriptor{Entries: make([]service.Entry, len(d.GetEntries()))}
+		for j, e := range d.GetEntries() {
+			sd.Entries[j] = service.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		if l := d.GetLimit(); l != nil {
+			u, ok := units[rlsv3.RateLimitResponse_RateLimit_Unit(l.GetUnit())]
+			if !ok {
+				return service.RLSRequest{}, fmt.Errorf("descriptors[%d].limit.unit: %s is not a unit (want SECOND … YEAR)", i, l.GetUnit())
+			}
+			sd.Limit = &service.RLSLimit{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: u}
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			v := h.GetValue()
+			sd.HitsAddend = &v
+		}
+		out.Descriptors = append(out.Descriptors, sd)
+	}
+	return out, nil
+}
+
+// ToProto converts an RLS response.
+func ToProto(r service.RLSResponse) *rlsv3.RateLimitResponse {
+	out := &rlsv3.RateLimitResponse{OverallCode: code(r.OverallCode)}
+	for _, st := range r.Statuses {
+		ps := &rlsv3.RateLimitResponse_DescriptorStatus{Code: code(st.Code), LimitRemaining: st.LimitRemaining}
+		if l := st.CurrentLimit; l != nil {
+			ps.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: unitOf(l.Unit)}
+		}
+		if st.HasReset {
+			ps.DurationUntilReset = durationpb.New(st.DurationUntilReset)
+		}
+		out.Statuses = append(out.Statuses, ps)
+	}
+	for _, h := range r.Headers {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
+	}
+	return out
+}
+
+func code(c service.Code) rlsv3.RateLimitResponse_Code {
+	switch c {
+	case service.CodeOK:
+		return rlsv3.RateLimitResponse_OK
+	case service.CodeOverLimit:
+		return rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return rlsv3.RateLimitResponse_UNKNOWN
+}
+
+// JSONHandler serves envoyproxy/ratelimit's /json endpoint: a
+// RateLimitRequest in protobuf's JSON form, answered with the
+// RateLimitResponse in the same form; 200, or 429 when the overall code is
+// OVER_LIMIT. A malformed or refused request gets 400 with a JSON error
+// naming the problem; a body over maxBody bytes 413.
+func JSONHandler(svc *service.Service, maxBody int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			jsonError(w, http.StatusMethodNotAllowed, "method_not_allowed", "/json takes POST")
+			return
+		}
+		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				jsonError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body over %d bytes (limits.max_body_bytes)", mbe.Limit))
+				return
+			}
+			jsonError(w, http.StatusBadRequest, "unreadable_body", err.Error())
+			return
+		}
+		req, err := DecodeJSON(data)
+		if err != nil {
+			jsonError(w, http.StatusBadRequest, "malformed_request", err.Error())
+			return
+		}
+		resp, err := svc.ShouldRateLimit(r.Context(), req)
+		if err != nil {
+			var re *service.RequestError
+			if errors.As(err, &re) {
+				jsonError(w, http.StatusBadRequest, re.Code, re.Error())
+				return
+			}
+			jsonError(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+			return
+		}
+		body, err := protojson.Marshal(ToProto(resp))
+		if err != nil {
+			jsonError(w, http.StatusInternalServerError, "internal", "encoding the response failed")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch resp.OverallCode {
+		case service.CodeOverLimit:
+			w.WriteHeader(http.StatusTooManyRequests)
+		case service.CodeOK:
+			w.WriteHeader(http.StatusOK)
+		default:
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		w.Write(body)
+	})
+}
+
+// DecodeJSON reads a RateLimitRequest in protobuf's JSON form (field names
+// in either case style, enums as names or numbers; unknown fields are
+// refused). It is what the fuzz test drives.
+func DecodeJSON(data []byte) (service.RLSRequest, error) {
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return service.RLSRequest{}, errors.New("empty body: send a RateLimitRequest in JSON")
+	}
+	var pr rlsv3.RateLimitRequest
+	if err := protojson.Unmarshal(data, &pr); err != nil {
+		return service.RLSRequest{}, fmt.Errorf("not a RateLimitRequest: %v", err)
+	}
+	return FromProto(&pr)
+}
+
+func jsonError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "{\"error\":{\"code\":%q,\"message\":%q}}\n", code, msg)
+}
+
+// Interface guard.
+var _ rlsv3.RateLimitServiceServer = (*Server)(nil)

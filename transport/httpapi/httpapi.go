@@ -1,0 +1,534 @@
+// Package httpapi serves floodgate's HTTP/JSON API over a service.Service:
+//
+//	POST /v1/check     decide one request or a batch, recording them
+//	POST /v1/peek      the same, recording nothing
+//	POST /v1/reset     forget a key (admin)
+//	GET  /v1/policies  the named policies and Envoy domains
+//	GET  /v1/keys      a tracked policy's top keys (admin)
+//	POST /json         envoyproxy/ratelimit's JSON form of the RLS request (when given)
+//	GET  /healthz      the process is up
+//	GET  /readyz       a configuration is loaded and the store answers
+//	GET  /metrics      Prometheus metrics (when a handler is given)
+//
+// Every error is a JSON object {"error": {"code", "message", "field"}}
+// with a 4xx status for a bad request; docs/operations.md lists them.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/httplimit"
+	"github.com/floodgatehq/floodgate/service"
+)
+
+// Options configures the API.
+type Options struct {
+	// AdminToken is the bearer token of the admin endpoints. Empty means
+	// they answer only requests from a loopback address.
+	AdminToken string
+	// Metrics serves /metrics; nil leaves it out.
+	Metrics http.Handler
+	// EnvoyJSON serves /json (envoyrls.JSONHandler); nil leaves it out.
+	EnvoyJSON http.Handler
+	// Logger receives request errors worth an operator's eye; nil means
+	// slog.Default(). Keys are never logged.
+	Logger *slog.Logger
+}
+
+// Handler returns the API's handler.
+func Handler(svc *service.Service, o Options) http.Handler {
+	a := &api{svc: svc, o: o, log: o.Logger}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/check", a.method(http.MethodPost, a.check))
+	mux.HandleFunc("/v1/peek", a.method(http.MethodPost, a.peek))
+	mux.HandleFunc("/v1/reset", a.method(http.MethodPost, a.admin(a.reset)))
+	mux.HandleFunc("/v1/policies", a.method(http.MethodGet, a.policies))
+	mux.HandleFunc("/v1/keys", a.method(http.MethodGet, a.admin(a.keys)))
+	if o.EnvoyJSON != nil {
+		mux.Handle("/json", o.EnvoyJSON)
+	}
+	mux.HandleFunc("/healthz", a.method(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}))
+	mux.HandleFunc("/readyz", a.method(http.MethodGet, a.ready))
+	if o.Metrics != nil {
+		mux.Handle("/metrics", o.Metrics)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no endpoint %s; see docs/operations.md", r.URL.Path))
+	})
+	return mux
+}
+
+type api struct {
+	svc *service.Service
+	o   Options
+	log *slog.Logger
+}
+
+// method answers 405 to other methods.
+func (a *api) method(m string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", m)
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "", fmt.Sprintf("%s takes %s, not %s", r.URL.Path, m, r.Method))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// admin lets through requests with the admin token, or, when none is
+// configured, from loopback only.
+func (a *api) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a.o.AdminToken == "" {
+			host, _, _ := net.SplitHostPort(r.RemoteAddr)
+			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+				writeError(w, http.StatusForbidden, "admin_disabled", "", "admin endpoints answer loopback only when no admin token is configured")
+				return
+			}
+			h(w, r)
+			return
+		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(a.o.AdminToken)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate admin"`)
+			msg := "admin endpoint: send Authorization: Bearer <admin token>"
+			if ok {
+				msg = "admin endpoint: wrong token"
+			}
+			writeError(w, http.StatusUnauthorized, "unauthorized", "", msg)
+			return
+		}
+		h(w, r)
+	}
+}
+
+// item is one request of /v1/check and /v1/peek.
+type item struct {
+	Policy string `json:"policy"`
+	Key    string `json:"key"`
+	Cost   *int64 `json:"cost,omitempty"`
+}
+
+// checkRequest is the body of /v1/check and /v1/peek: one item, or a
+// batch of them in requests. The items stay raw until each is decoded on
+// its own, so that an error names its index (requests[2].cost).
+type checkRequest struct {
+	Policy   string            `json:"policy"`
+	Key      string            `json:"key"`
+	Cost     *int64            `json:"cost,omitempty"`
+	Requests []json.RawMessage `json:"requests,omitempty"`
+}
+
+// decodeCheck reads a check body. It is what the fuzz test drives.
+func decodeCheck(body io.Reader) ([]service.Item, *apiError) {
+	var req checkRequest
+	if e := decodeJSON(body, &req); e != nil {
+		return nil, e
+	}
+	single := req.Policy != "" || req.Key != "" || req.Cost != nil
+	if single && req.Requests != nil {
+		return nil, &apiError{http.StatusBadRequest, "invalid_request", "requests", "give either one request (policy, key, cost) or requests, not both"}
+	}
+	var items []item
+	if single {
+		items = []item{{Policy: req.Policy, Key: req.Key, Cost: req.Cost}}
+	} else {
+		items = make([]item, len(req.Requests))
+		for i, raw := range req.Requests {
+			if e := decodeJSON(bytes.NewReader(raw), &items[i]); e != nil {
+				e.field = join(fmt.Sprintf("requests[%d]", i), e.field)
+				return nil, e
+			}
+		}
+	}
+	out := make([]service.Item, len(items))
+	for i, it := range items {
+		out[i] = service.Item{Policy: it.Policy, Key: it.Key, Cost: 1}
+		if it.Cost != nil {
+			if *it.Cost < 1 {
+				field := "cost"
+				if !single {
+					field = fmt.Sprintf("requests[%d].cost", i)
+				}
+				return nil, &apiError{http.StatusBadRequest, "invalid_cost", field, fmt.Sprintf("cost %d: want an integer from 1 to 2^53-1", *it.Cost)}
+			}
+			out[i].Cost = *it.Cost
+		}
+		if it.Policy == "" {
+			field := "policy"
+			if !single {
+				field = fmt.Sprintf("requests[%d].policy", i)
+			}
+			return nil, &apiError{http.StatusBadRequest, "missing_policy", field, "name the policy to apply"}
+		}
+	}
+	return out, nil
+}
+
+func (a *api) check(w http.ResponseWriter, r *http.Request) { a.decide(w, r, false) }
+func (a *api) peek(w http.ResponseWriter, r *http.Request)  { a.decide(w, r, true) }
+
+func (a *api) decide(w http.ResponseWriter, r *http.Request, peek bool) {
+	items, e := a.readItems(w, r)
+	if e != nil {
+		e.write(w)
+		return
+	}
+	var res service.Result
+	var err error
+	if peek {
+		res, err = a.svc.Peek(r.Context(), items)
+	} else {
+		res, err = a.svc.Check(r.Context(), items)
+	}
+	if err != nil {
+		a.serviceError(w, err)
+		return
+	}
+	out := checkResponse{Allowed: res.Allowed, Decisions: make([]decisionJSON, len(res.Items))}
+	for i, it := range res.Items {
+		out.Decisions[i] = toJSONDecision(it.Policy, it.Decision)
+	}
+	out.Headers = rateLimitHeaders(res.Items)
+	for k, v := range out.Headers {
+		w.Header().Set(k, v)
+	}
+	status := http.StatusOK
+	if !res.Allowed && !peek {
+		status = http.StatusTooManyRequests
+	}
+	writeJSON(w, status, out)
+}
+
+func (a *api) readItems(w http.ResponseWriter, r *http.Request) ([]service.Item, *apiError) {
+	if e := checkContentType(r); e != nil {
+		return nil, e
+	}
+	body := http.MaxBytesReader(w, r.Body, a.svc.Config().Limits.MaxBodyBytes)
+	return decodeCheck(body)
+}
+
+type checkResponse struct {
+	Allowed   bool              `json:"allowed"`
+	Decisions []decisionJSON    `json:"decisions"`
+	Headers   map[string]string `json:"headers,omitempty"`
+}
+
+// decisionJSON is a decision in the API: SPEC.md's exact µs (-1: never)
+// and the same rounded up to whole seconds, as headers give them.
+type decisionJSON struct {
+	Policy       string `json:"policy"`
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterUS int64  `json:"retry_after_us"`
+	ResetAfterUS int64  `json:"reset_after_us"`
+	Binding      int32  `json:"binding,omitempty"`
+	Degraded     bool   `json:"degraded,omitempty"`
+}
+
+func toJSONDecision(p *floodgate.Policy, d floodgate.Decision) decisionJSON {
+	out := decisionJSON{
+		Policy: p.Name, Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
+		RetryAfterUS: int64(d.RetryAfter / time.Microsecond), ResetAfterUS: int64(d.ResetAfter / time.Microsecond),
+		Binding: d.Binding, Degraded: d.Degraded,
+	}
+	if d.RetryAfter == floodgate.Never {
+		out.RetryAfterUS = -1
+	}
+	return out
+}
+
+func (a *api) reset(w http.ResponseWriter, r *http.Request) {
+	if e := checkContentType(r); e != nil {
+		e.write(w)
+		return
+	}
+	var req struct {
+		Policy string `json:"policy"`
+		Key    string `json:"key"`
+	}
+	if e := decodeJSON(http.MaxBytesReader(w, r.Body, a.svc.Config().Limits.MaxBodyBytes), &req); e != nil {
+		e.write(w)
+		return
+	}
+	if req.Policy == "" {
+		writeError(w, http.StatusBadRequest, "missing_policy", "policy", "name the policy whose key to reset")
+		return
+	}
+	if err := a.svc.Reset(r.Context(), req.Policy, req.Key); err != nil {
+		a.serviceError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"reset": true})
+}
+
+func (a *api) policies(w http.ResponseWriter, r *http.Request) {
+	type policyJSON struct {
+		Name   string           `json:"name"`
+		Text   string           `json:"text"`
+		Policy floodgate.Policy `json:"policy"`
+	}
+	out := struct {
+		Policies []policyJSON `json:"policies"`
+		Domains  []domainJSON `json:"domains"`
+	}{Policies: []policyJSON{}, Domains: domainsJSON(a.svc)}
+	for _, p := range a.svc.Policies() {
+		out.Policies = append(out.Policies, policyJSON{Name: p.Name, Text: p.String(), Policy: *p})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) keys(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "policy" && k != "sort" && k != "limit" {
+			writeError(w, http.StatusBadRequest, "unknown_parameter", k, "unknown query parameter; allowed: policy, sort, limit")
+			return
+		}
+	}
+	policy := q.Get("policy")
+	if policy == "" {
+		writeError(w, http.StatusBadRequest, "missing_policy", "policy", "name the tracked policy: /v1/keys?policy=NAME")
+		return
+	}
+	by := floodgate.ByRequests
+	if s := q.Get("sort"); s != "" {
+		o, err := floodgate.ParseUsageOrder(s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_sort", "sort", "want requests, denied or last_seen")
+			return
+		}
+		by = o
+	}
+	limit := 100
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 10_000 {
+			writeError(w, http.StatusBadRequest, "invalid_limit", "limit", "want an integer from 1 to 10000")
+			return
+		}
+		limit = n
+	}
+	us, err := a.svc.TopKeys(r.Context(), policy, by, limit)
+	if err != nil {
+		a.serviceError(w, err)
+		return
+	}
+	type usageJSON struct {
+		Key       string    `json:"key"`
+		FirstSeen time.Time `json:"first_seen"`
+		LastSeen  time.Time `json:"last_seen"`
+		Requests  int64     `json:"requests"`
+		Denied    int64     `json:"denied"`
+	}
+	out := make([]usageJSON, len(us))
+	for i, u := range us {
+		out[i] = usageJSON{u.Key, u.FirstSeen.UTC(), u.LastSeen.UTC(), u.Requests, u.Denied}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"policy": policy, "sort": by.String(), "keys": out})
+}
+
+func (a *api) ready(w http.ResponseWriter, r *http.Request) {
+	if err := a.svc.Ready(r.Context()); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "not_ready", "", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// serviceError answers an error of the service: a *RequestError is the
+// client's fault; anything else is the store's.
+func (a *api) serviceError(w http.ResponseWriter, err error) {
+	var re *service.RequestError
+	switch {
+	case errors.As(err, &re):
+		status := http.StatusBadRequest
+		if re.NotFound() {
+			status = http.StatusNotFound
+		}
+		writeError(w, status, re.Code, re.Field, re.Msg)
+	case errors.Is(err, service.ErrNoUsage):
+		writeError(w, http.StatusNotImplemented, "no_usage", "", err.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, floodgate.ErrUnavailable):
+		a.log.Warn("store unavailable", "error", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "store_unavailable", "", "the store is unavailable; try again")
+	default:
+		a.log.Error("request failed", "error", err)
+		writeError(w, http.StatusInternalServerError, "internal", "", "internal error")
+	}
+}
+
+// apiError is an error answer.
+type apiError struct {
+	status  int
+	code    string
+	field   string
+	message string
+}
+
+func (e *apiError) write(w http.ResponseWriter) { writeError(w, e.status, e.code, e.field, e.message) }
+
+func checkContentType(r *http.Request) *apiError {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" || strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
+		return nil // curl -d sends a form type; the body is JSON all the same
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return &apiError{http.StatusUnsupportedMediaType, "unsupported_media_type", "", fmt.Sprintf("Content-Type %q: send application/json", clip(ct))}
+	}
+	return nil
+}
+
+// decodeJSON reads exactly one JSON object with known fields into v.
+func decodeJSON(body io.Reader, v any) *apiError {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			return tooLarge(mbe)
+		case errors.Is(err, io.EOF):
+			return &apiError{http.StatusBadRequest, "empty_body", "", "send a JSON object"}
+		case errors.As(err, &se):
+			return &apiError{http.StatusBadRequest, "malformed_json", "", fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)}
+		case errors.As(err, &te):
+			return &apiError{http.StatusBadRequest, "invalid_field", te.Field, fmt.Sprintf("want %s, found a JSON %s", jsonType(te.Type), te.Value)}
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return &apiError{http.StatusBadRequest, "unknown_field", name, "unknown field"}
+		}
+		return &apiError{http.StatusBadRequest, "malformed_json", "", "malformed JSON: " + err.Error()}
+	}
+	if dec.More() {
+		return &apiError{http.StatusBadRequest, "malformed_json", "", "one JSON object per request, found more after it"}
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); err != io.EOF {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) { // an object, then padding past the limit
+			return tooLarge(mbe)
+		}
+		return &apiError{http.StatusBadRequest, "malformed_json", "", "one JSON object per request, found more after it"}
+	}
+	return nil
+}
+
+func tooLarge(mbe *http.MaxBytesError) *apiError {
+	return &apiError{http.StatusRequestEntityTooLarge, "body_too_large", "", fmt.Sprintf("request body over %d bytes (limits.max_body_bytes)", mbe.Limit)}
+}
+
+// jsonType names the JSON a Go type reads, for errors: "an integer"
+// rather than "int64".
+func jsonType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	}
+	return "an object"
+}
+
+// join adds a field's name to the path of the object holding it.
+func join(path, field string) string {
+	if field == "" {
+		return path
+	}
+	return path + "." + field
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, field, msg string) {
+	type body struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Field   string `json:"field,omitempty"`
+	}
+	writeJSON(w, status, map[string]body{"error": {Code: code, Message: msg, Field: field}})
+}
+
+// rateLimitHeaders returns the RateLimit, RateLimit-Policy and
+// Retry-After fields of a Check result, as the middleware sets them.
+func rateLimitHeaders(items []service.ItemResult) map[string]string {
+	h := http.Header{}
+	httplimit.SetHeaders(h, httplimit.IETF|httplimit.RetryAfter, time.Now(), service.HeaderResults(items))
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[service.HeaderName(k)] = strings.Join(v, ", ")
+	}
+	return out
+}
+
+type domainJSON struct {
+	Name  string     `json:"name"`
+	Rules []ruleJSON `json:"rules"`
+}
+
+type ruleJSON struct {
+	Path      string   `json:"path"`
+	Policy    string   `json:"policy,omitempty"`
+	Text      string   `json:"text,omitempty"`
+	Name      string   `json:"name,omitempty"`
+	Unlimited bool     `json:"unlimited,omitempty"`
+	Shadow    bool     `json:"shadow_mode,omitempty"`
+	Quota     bool     `json:"quota_mode,omitempty"`
+	Replaces  []string `json:"replaces,omitempty"`
+}
+
+func domainsJSON(svc *service.Service) []domainJSON {
+	out := []domainJSON{}
+	for _, d := range svc.Domains() {
+		dj := domainJSON{Name: d.Name, Rules: []ruleJSON{}}
+		for _, r := range d.Rules {
+			dj.Rules = append(dj.Rules, ruleJSON(r))
+		}
+		out = append(out, dj)
+	}
+	return out
+}

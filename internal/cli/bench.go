@@ -1,0 +1,453 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/internal/bench"
+)
+
+// benchPolicyName is the policy's name in the keys the redis target writes.
+const benchPolicyName = "bench"
+
+// descriptorFlag collects repeated --descriptor flags.
+type descriptorFlag []bench.Entry
+
+func (d *descriptorFlag) String() string {
+	var s []string
+	for _, e := range *d {
+		s = append(s, e.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (d *descriptorFlag) Set(v string) error {
+	e, err := bench.ParseEntry(v)
+	if err != nil {
+		return err
+	}
+	*d = append(*d, e)
+	return nil
+}
+
+type benchFlags struct {
+	target                          string
+	host, user, password            string
+	port                            int
+	url, addr, policyName, domain   string
+	descriptor                      descriptorFlag
+	policy, algorithm, limit, align string
+	window, resolution, minInterval time.Duration
+	threshold, burst                int64
+	decay                           float64
+	concurrency, keys               int
+	iterations, cost                int64
+	duration, timeout, every        time.Duration
+	rate, zipfS                     float64
+	dist, progress                  string
+	json                            bool
+}
+
+const benchAbout = `Sends load to a rate limiter and reports decisions/s, latency (p50 to
+p99.9 and max) and accuracy: the cost admitted against what an exact
+limiter admits under SPEC.md for the same requests. Over-admission is
+reported loudly, with exit status 4.
+
+Targets:
+  redis  straight to Redis through the Redis store (--host, --port, --user,
+         --password), with the policy of --policy, or of --algorithm and its
+         parameters; by default the seed's fixed window of --threshold
+         requests per minute per key. Keys go under the prefix fg-bench.
+  http   a running floodgate serve's POST /v1/check (--url), for its policy
+         --policy-name.
+  grpc   a running floodgate serve's Envoy API (--addr), for --domain and one
+         descriptor of --descriptor entries; the entry given as KEY alone
+         takes each request's key as its value.
+For http and grpc the policy is the service's, read from GET /v1/policies.
+
+Without --keys every worker has a key of its own, as the seed's load
+generator did. Closed loop by default; --rate sends arrivals at a fixed
+rate (open loop) and measures each request's latency from its scheduled
+time. Ctrl-C stops the run and prints the summary so far. docs/bench.md is
+the manual, with the accuracy formula of every algorithm and the --json
+schema.
+
+Exit status: 0 done, 1 error (or every request failed), 2 usage error,
+4 over-admission.`
+
+func (e *environ) bench(args []string) int {
+	var f benchFlags
+	fs := e.flags("bench", "[flags]", benchAbout,
+		EnvURL+"  the service's HTTP address (http, and grpc's policy lookup)")
+	fs.StringVar(&f.target, "target", "redis", "the `target` to load: redis, http or grpc")
+	fs.StringVar(&f.host, "host", "127.0.0.1", "redis: the Redis `host`")
+	fs.IntVar(&f.port, "port", 6379, "redis: the Redis `port`")
+	fs.StringVar(&f.user, "user", "", "redis: the ACL `user` to authenticate as (default: the default user)")
+	fs.StringVar(&f.password, "password", "", "redis: the `password` to authenticate with")
+	fs.StringVar(&f.url, "url", "", "http, grpc: the service's HTTP `address` (default "+defaultURL+")")
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:8081", "grpc: the service's gRPC `address`")
+	fs.StringVar(&f.policyName, "policy-name", "", "http: the service's `policy` to check")
+	fs.StringVar(&f.domain, "domain", "", "grpc: the Envoy `domain`")
+	fs.Var(&f.descriptor, "descriptor", "grpc: a descriptor `entry`, KEY=VALUE, or KEY for the request's key (repeat for several entries)")
+	fs.StringVar(&f.policy, "policy", "", "redis: the policy in its text `form`, such as \"gcra 100/1s burst 20\"")
+	fs.StringVar(&f.algorithm, "algorithm", "", "redis: the `algorithm` (fixed_window, gcra, token_bucket, sliding_window, sliding_log, ar1), with the parameters below (default fixed_window)")
+	fs.Int64Var(&f.threshold, "threshold", 0, "redis: allowed `requests` per minute per key, the seed's fixed window (default 100)")
+	fs.StringVar(&f.limit, "limit", "", "redis: the algorithm's `count`: max, limit, rate count (default 100)")
+	fs.DurationVar(&f.window, "window", 0, "redis: the algorithm's `duration`: window, interval, rate period, ar1's resolution (default 1m)")
+	fs.Int64Var(&f.burst, "burst", 0, "redis: `burst` (gcra, token_bucket)")
+	fs.DurationVar(&f.resolution, "resolution", 0, "redis: bucket width (sliding_window)")
+	fs.DurationVar(&f.minInterval, "min-interval", 0, "redis: least gap between requests of a key (sliding_log)")
+	fs.Float64Var(&f.decay, "decay", 0, "redis: `decay` factor (ar1)")
+	fs.StringVar(&f.align, "align", "", "redis: window `alignment`, epoch or first (fixed_window)")
+	fs.IntVar(&f.concurrency, "concurrency", 4, "`workers`, and so the most requests in flight")
+	fs.Int64Var(&f.iterations, "iterations", 0, "`requests` per worker (open loop: iterations×concurrency arrivals); 0: until --duration")
+	fs.DurationVar(&f.duration, "duration", 0, "how long to send requests (default 10s when --iterations is 0)")
+	fs.Float64Var(&f.rate, "rate", 0, "open loop: `arrivals` per second, latency measured from each one's scheduled time (0: closed loop)")
+	fs.IntVar(&f.keys, "keys", 0, "number of distinct `keys` (0: one per worker)")
+	fs.StringVar(&f.dist, "dist", "", "the `distribution` of requests among --keys: uniform or zipf (default uniform)")
+	fs.Float64Var(&f.zipfS, "zipf-s", 1.1, "the Zipf `exponent`, above 1")
+	fs.Int64Var(&f.cost, "cost", 1, "the `units` each request costs")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long one request may take")
+	fs.BoolVar(&f.json, "json", false, "print the report as JSON (docs/bench.md gives the schema)")
+	fs.StringVar(&f.progress, "progress", "auto", "progress `mode` on stderr: auto (a line redrawn on a terminal, else plain lines), tty, lines or off")
+	fs.DurationVar(&f.every, "progress-every", time.Second, "how often a progress line is printed when not on a terminal")
+	if code := e.parse(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return e.usageErr("bench takes no arguments, found %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+
+	cfg, code := e.benchConfig(&f, set)
+	if code >= 0 {
+		return code
+	}
+	target, info, policy, notes, code := e.benchTarget(&f, set, cfg.Concurrency)
+	if code >= 0 {
+		return code
+	}
+	defer target.Close()
+	cfg.Target, cfg.Info, cfg.Policy = target, info, policy
+	if cfg.Distribution == bench.PerWorker && info.Kind == "grpc" && !takesKey(f.descriptor) {
+		return e.usageErr("--descriptor: no entry takes the request's key (give one as KEY alone), so every request counts under one key: add --keys 1")
+	}
+
+	rep, err := bench.Run(e.ctx, cfg)
+	if rep == nil {
+		return e.errorf("bench: %v", err)
+	}
+	rep.Notes = append(notes, rep.Notes...)
+	if f.json {
+		if werr := rep.WriteJSON(e.stdout); werr != nil {
+			return e.errorf("bench: %v", werr)
+		}
+	} else {
+		rep.WriteText(e.stdout)
+	}
+	if err != nil {
+		return e.errorf("bench: %v", err)
+	}
+	if rep.Accuracy != nil && rep.Accuracy.Over() {
+		if f.json {
+			fmt.Fprint(e.stderr, bench.OverAdmissionMessage(rep.Accuracy))
+		}
+		return 4
+	}
+	return 0
+}
+
+// discardRedisLog silences go-redis's own log.
+type discardRedisLog struct{}
+
+func (discardRedisLog) Printf(context.Context, string, ...any) {}
+
+func takesKey(es []bench.Entry) bool {
+	for _, e := range es {
+		if e.FromKey {
+			return true
+		}
+	}
+	return false
+}
+
+// usageErr prints a usage error and returns exit status 2.
+func (e *environ) usageErr(format string, args ...any) int {
+	fmt.Fprintf(e.stderr, "floodgate bench: "+format+"\n", args...)
+	fmt.Fprintln(e.stderr, "(floodgate bench --help lists the flags)")
+	return 2
+}
+
+// benchConfig checks the workload flags and builds the run's Config
+// (without its target).
+func (e *environ) benchConfig(f *benchFlags, set map[string]bool) (bench.Config, int) {
+	cfg := bench.Config{
+		Concurrency: f.concurrency, Iterations: f.iterations, Duration: f.duration, Rate: f.rate,
+		Cost: f.cost, Timeout: f.timeout, ZipfS: f.zipfS, ProgressEvery: f.every,
+	}
+	switch {
+	case f.concurrency < 1:
+		return cfg, e.usageErr("--concurrency %d: want at least 1", f.concurrency)
+	case f.iterations < 0:
+		return cfg, e.usageErr("--iterations %d: want 0 (until --duration) or more", f.iterations)
+	case f.duration < 0:
+		return cfg, e.usageErr("--duration %s: want a positive duration", f.duration)
+	case f.rate < 0 || math.IsNaN(f.rate) || math.IsInf(f.rate, 0):
+		return cfg, e.usageErr("--rate %v: want arrivals per second above 0, or 0 for closed loop", f.rate)
+	case f.cost < 1 || f.cost > floodgate.MaxCost:
+		return cfg, e.usageErr("--cost %d: want 1 to 2^53-1", f.cost)
+	case f.timeout <= 0:
+		return cfg, e.usageErr("--timeout %s: want a positive duration", f.timeout)
+	case f.every <= 0:
+		return cfg, e.usageErr("--progress-every %s: want a positive duration", f.every)
+	case set["keys"] && f.keys < 1:
+		return cfg, e.usageErr("--keys %d: want at least 1 (or leave it out for one key per worker)", f.keys)
+	case set["dist"] && !set["keys"]:
+		return cfg, e.usageErr("--dist %s: needs --keys (without it every worker has a key of its own)", f.dist)
+	}
+	if f.iterations == 0 && f.duration == 0 {
+		cfg.Duration = 10 * time.Second
+	}
+	if set["keys"] {
+		cfg.Keys, cfg.Distribution = f.keys, bench.Uniform
+		if f.dist != "" {
+			d, err := bench.ParseDistribution(f.dist)
+			if err != nil {
+				return cfg, e.usageErr("--dist %v", err)
+			}
+			cfg.Distribution = d
+		}
+	}
+	if cfg.Distribution == bench.Zipf && !(f.zipfS > 1) {
+		return cfg, e.usageErr("--zipf-s %v: want an exponent above 1", f.zipfS)
+	}
+	switch f.progress {
+	case "auto":
+		cfg.Progress, cfg.ProgressMode = e.stderr, bench.ProgressLines
+		if bench.IsTerminal(e.stderr) {
+			cfg.ProgressMode = bench.ProgressTTY
+		}
+	case "tty":
+		cfg.Progress, cfg.ProgressMode = e.stderr, bench.ProgressTTY
+	case "lines":
+		cfg.Progress, cfg.ProgressMode = e.stderr, bench.ProgressLines
+	case "off":
+	default:
+		return cfg, e.usageErr("--progress %q: want auto, tty, lines or off", f.progress)
+	}
+	return cfg, -1
+}
+
+// redisOnly are the flags that only the redis target reads.
+var redisOnly = []string{"host", "port", "user", "password", "policy", "algorithm", "threshold", "limit", "window",
+	"burst", "resolution", "min-interval", "decay", "align"}
+
+// benchTarget opens the target the flags name and finds its policy.
+func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (bench.Target, bench.TargetInfo, *floodgate.Policy, []string, int) {
+	var info bench.TargetInfo
+	notes := []string{}
+	only := func(target string, names ...string) int {
+		for _, n := range names {
+			if set[n] {
+				return e.usageErr("--%s applies to another target, not --target %s", n, target)
+			}
+		}
+		return -1
+	}
+	switch f.target {
+	case "redis":
+		if code := only("redis", "url", "addr", "policy-name", "domain", "descriptor"); code >= 0 {
+			return nil, info, nil, nil, code
+		}
+		p, code := e.benchPolicy(f, set)
+		if code >= 0 {
+			return nil, info, nil, nil, code
+		}
+		if f.port < 1 || f.port > 65535 {
+			return nil, info, nil, nil, e.usageErr("--port %d: want 1 to 65535", f.port)
+		}
+		if f.host == "" {
+			return nil, info, nil, nil, e.usageErr("--host: want a host name or address")
+		}
+		addr := net.JoinHostPort(f.host, strconv.Itoa(f.port))
+		// go-redis logs failed dials itself; the error below says it all.
+		redis.SetLogger(discardRedisLog{})
+		t, err := bench.OpenRedis(e.ctx, bench.RedisOptions{
+			Addr: addr, Username: f.user, Password: f.password, Timeout: f.timeout, PoolSize: conc + 1,
+		}, p)
+		if err != nil {
+			return nil, info, nil, nil, e.errorf("bench: %v", err)
+		}
+		info = bench.TargetInfo{Kind: "redis", Address: addr, PolicyName: p.Name, Policy: p.String()}
+		return t, info, p, notes, -1
+
+	case "http":
+		if code := only("http", append(redisOnly, "addr", "domain", "descriptor")...); code >= 0 {
+			return nil, info, nil, nil, code
+		}
+		if f.policyName == "" {
+			return nil, info, nil, nil, e.usageErr("--policy-name: name the service's policy to check (GET /v1/policies lists them)")
+		}
+		base := e.serviceURL(f)
+		svc, err := bench.FetchService(e.ctx, base)
+		if err != nil {
+			return nil, info, nil, nil, e.errorf("bench: %v", err)
+		}
+		p, err := svc.Policy(f.policyName)
+		if err != nil {
+			return nil, info, nil, nil, e.errorf("bench: --policy-name: %v", err)
+		}
+		t, err := bench.NewHTTP(base, f.policyName, conc)
+		if err != nil {
+			return nil, info, nil, nil, e.usageErr("--url: %v", err)
+		}
+		info = bench.TargetInfo{Kind: "http", Address: base, PolicyName: p.Name, Policy: p.String()}
+		return t, info, p, notes, -1
+
+	case "grpc":
+		if code := only("grpc", append(redisOnly, "policy-name")...); code >= 0 {
+			return nil, info, nil, nil, code
+		}
+		if f.domain == "" {
+			return nil, info, nil, nil, e.usageErr("--domain: name the Envoy domain (GET /v1/policies lists them)")
+		}
+		if len(f.descriptor) == 0 {
+			return nil, info, nil, nil, e.usageErr("--descriptor: give the descriptor's entries, KEY=VALUE or KEY for the request's key")
+		}
+		if n := countKeyEntries(f.descriptor); n > 1 {
+			return nil, info, nil, nil, e.usageErr("--descriptor: %d entries take the request's key; give at most one as KEY alone", n)
+		}
+		info = bench.TargetInfo{Kind: "grpc", Address: f.addr, Domain: f.domain}
+		for _, en := range f.descriptor {
+			info.Descriptor = append(info.Descriptor, en.String())
+		}
+		var policy *floodgate.Policy
+		base := e.serviceURL(f)
+		svc, err := bench.FetchService(e.ctx, base)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("accuracy unknown: could not read the rule's policy (%v); give --url", err))
+		} else {
+			rule, err := svc.Rule(f.domain, f.descriptor)
+			if err != nil {
+				return nil, info, nil, nil, e.errorf("bench: %v", err)
+			}
+			switch {
+			case rule.Unlimited:
+				notes = append(notes, "the rule "+rule.Path+" is unlimited: every request passes")
+			default:
+				p, err := floodgate.ParsePolicy(rule.Policy, rule.Text)
+				if err != nil {
+					return nil, info, nil, nil, e.errorf("bench: the rule %s's policy %q: %v", rule.Path, rule.Text, err)
+				}
+				policy = &p
+				info.PolicyName, info.Policy = p.Name, p.String()
+			}
+			if rule.Shadow {
+				notes = append(notes, "the rule "+rule.Path+" is in shadow mode: the service answers OK to requests its policy denies")
+			}
+			if rule.Quota {
+				notes = append(notes, "the rule "+rule.Path+" is in quota mode: alone, its denials do not make the answer OVER_LIMIT")
+			}
+		}
+		t, err := bench.NewGRPC(f.addr, f.domain, f.descriptor)
+		if err != nil {
+			return nil, info, nil, nil, e.usageErr("--addr %s: %v", f.addr, err)
+		}
+		return t, info, policy, notes, -1
+	}
+	return nil, info, nil, nil, e.usageErr("--target %q: want redis, http or grpc", f.target)
+}
+
+func countKeyEntries(es []bench.Entry) int {
+	n := 0
+	for _, e := range es {
+		if e.FromKey {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *environ) serviceURL(f *benchFlags) string {
+	if u := e.env(f.url, EnvURL); u != "" {
+		return u
+	}
+	return defaultURL
+}
+
+// benchPolicy builds the redis target's policy from --policy, or from
+// --algorithm (or --threshold) and the parameters.
+func (e *environ) benchPolicy(f *benchFlags, set map[string]bool) (*floodgate.Policy, int) {
+	params := []string{"algorithm", "threshold", "limit", "window", "burst", "resolution", "min-interval", "decay", "align"}
+	if set["policy"] {
+		for _, n := range params {
+			if set[n] {
+				return nil, e.usageErr("give --policy or --%s and the other parameters, not both", n)
+			}
+		}
+		p, err := floodgate.ParsePolicy(benchPolicyName, f.policy)
+		if err != nil {
+			return nil, e.usageErr("--policy %q: %v", f.policy, err)
+		}
+		return &p, -1
+	}
+	alg := f.algorithm
+	if alg == "" {
+		alg = floodgate.FixedWindow.String()
+	}
+	if _, err := floodgate.ParseAlgorithm(alg); err != nil {
+		var names []string
+		for _, a := range floodgate.Algorithms() {
+			names = append(names, a.String())
+		}
+		return nil, e.usageErr("--algorithm %q: want one of %s", alg, strings.Join(names, ", "))
+	}
+	limit, window := "100", time.Minute
+	if set["threshold"] {
+		if set["limit"] || set["window"] {
+			return nil, e.usageErr("--threshold is per minute: give --threshold, or --limit with --window, not both")
+		}
+		if f.threshold < 0 {
+			return nil, e.usageErr("--threshold %d: want allowed requests per minute, 0 or more", f.threshold)
+		}
+		limit = strconv.FormatInt(f.threshold, 10)
+	}
+	if set["limit"] {
+		limit = f.limit
+	}
+	if set["window"] {
+		window = f.window
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s/%s", alg, limit, window)
+	if set["burst"] {
+		fmt.Fprintf(&b, " burst %d", f.burst)
+	}
+	if set["resolution"] {
+		fmt.Fprintf(&b, " resolution %s", f.resolution)
+	}
+	if set["min-interval"] {
+		fmt.Fprintf(&b, " min_interval %s", f.minInterval)
+	}
+	if set["decay"] {
+		fmt.Fprintf(&b, " decay %s", strconv.FormatFloat(f.decay, 'g', -1, 64))
+	}
+	if set["align"] {
+		fmt.Fprintf(&b, " align %s", f.align)
+	}
+	p, err := floodgate.ParsePolicy(benchPolicyName, b.String())
+	if err != nil {
+		return nil, e.usageErr("the policy of --algorithm and its parameters (%q): %v", b.String(), err)
+	}
+	return &p, -1
+}

@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/floodgatehq/floodgate/config"
+)
+
+func (e *environ) check(args []string) int {
+	var path string
+	fs := e.flags("check", "[--config PATH]",
+		"Validates a configuration and prints the policies and Envoy rules it defines. Every\n"+
+			"problem is printed, one per line, as file:line: field: problem; the exit status is 1\n"+
+			"when there is any. Without --config (or "+EnvConfig+") it checks the built-in one.",
+		EnvConfig+"  configuration file or directory")
+	fs.StringVar(&path, "config", "", "configuration `file or directory`")
+	if code := e.parse(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() == 1 && path == "" {
+		path = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return e.errorf("check takes one configuration, found %q", strings.Join(fs.Args(), " "))
+	}
+	path = e.env(path, EnvConfig)
+	var cfg *config.Config
+	var err error
+	if path == "" {
+		cfg, err = config.Parse(builtin()...)
+	} else {
+		cfg, err = config.Load(path)
+	}
+	if err != nil {
+		var es config.Errors
+		if errors.As(err, &es) {
+			for _, x := range es {
+				fmt.Fprintln(e.stderr, x.Error())
+			}
+			fmt.Fprintf(e.stderr, "%d problem(s): configuration refused\n", len(es))
+			return 1
+		}
+		return e.errorf("%v", err)
+	}
+	w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "configuration: %s\n", strings.Join(cfg.Sources, ", "))
+	fmt.Fprintf(w, "store: %s", cfg.Store.Type)
+	switch cfg.Store.Type {
+	case "redis":
+		fmt.Fprintf(w, " (%s)", redactURL(cfg.Store.URL))
+	case "redis-cluster":
+		fmt.Fprintf(w, " (%s)", strings.Join(cfg.Store.Addrs, ","))
+	case "redis-sentinel":
+		fmt.Fprintf(w, " (%s@%s)", cfg.Store.Master, strings.Join(cfg.Store.Addrs, ","))
+	}
+	fmt.Fprintf(w, ", timeout %s, failure mode %s\n", cfg.Store.Timeout, cfg.Failure.Mode)
+	fmt.Fprintf(w, "\npolicies (%d):\n", len(cfg.Policies))
+	for _, p := range cfg.Policies {
+		fmt.Fprintf(w, "  %s\t%s\n", p.Name, p.String())
+	}
+	fmt.Fprintf(w, "\nEnvoy domains (%d):\n", len(cfg.Domains))
+	sort.Slice(cfg.Domains, func(i, j int) bool { return cfg.Domains[i].Name < cfg.Domains[j].Name })
+	for _, d := range cfg.Domains {
+		fmt.Fprintf(w, "  %s  (%s:%d)\n", d.Name, d.File, d.Line)
+		printRules(w, d.Descriptors, "    ")
+	}
+	w.Flush()
+	return 0
+}
+
+func printRules(w *tabwriter.Writer, ds []*config.Descriptor, indent string) {
+	for _, d := range ds {
+		what := d.Key
+		if d.Value != "" {
+			what += "=" + d.Value
+		}
+		limit := ""
+		if rl := d.RateLimit; rl != nil {
+			switch {
+			case rl.Unlimited:
+				limit = "unlimited"
+			case rl.Policy != "":
+				limit = "policy " + rl.Policy
+			case rl.Spec != "":
+				limit = rl.Spec
+			default:
+				limit = fmt.Sprintf("%d per %s", rl.RequestsPerUnit, rl.Unit)
+			}
+			var notes []string
+			if rl.Name != "" {
+				notes = append(notes, "name "+rl.Name)
+			}
+			if len(rl.Replaces) > 0 {
+				notes = append(notes, "replaces "+strings.Join(rl.Replaces, ","))
+			}
+			if d.ShadowMode {
+				notes = append(notes, "shadow mode")
+			}
+			if d.QuotaMode {
+				notes = append(notes, "quota mode")
+			}
+			if len(notes) > 0 {
+				limit += " (" + strings.Join(notes, "; ") + ")"
+			}
+		}
+		fmt.Fprintf(w, "%s%s\t%s\n", indent, what, limit)
+		printRules(w, d.Descriptors, indent+"  ")
+	}
+}
+
+// redactURL hides a URL's password.
+func redactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return u
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+			return scheme + "://" + user + ":***@" + rest[at+1:]
+		}
+	}
+	return u
+}

@@ -1,0 +1,207 @@
+// Package cli is floodgate's command line: serve, check, allow, peek,
+// reset, keys, bench and version. It is the one package that wires stores,
+// service and transports together; cmd/floodgate only calls Main.
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+)
+
+// Environment variables the commands read (flags win over them, and they
+// win over the configuration file).
+const (
+	EnvConfig        = "FLOODGATE_CONFIG"         // serve, check: the configuration file or directory
+	EnvHTTP          = "FLOODGATE_HTTP_ADDR"      // serve: the HTTP listen address
+	EnvGRPC          = "FLOODGATE_GRPC_ADDR"      // serve: the gRPC listen address
+	EnvRedisURL      = "FLOODGATE_REDIS_URL"      // serve: redis:// or rediss:// URL
+	EnvRedisCluster  = "FLOODGATE_REDIS_CLUSTER"  // serve: cluster seed nodes, comma separated
+	EnvRedisSentinel = "FLOODGATE_REDIS_SENTINEL" // serve: MASTER@host:port,host:port
+	EnvRedisPassword = "FLOODGATE_REDIS_PASSWORD" // serve: password of a cluster or of the master behind sentinels
+	EnvAdminToken    = "FLOODGATE_ADMIN_TOKEN"    // serve: the admin token; reset, keys: the token to send
+	EnvKeySecret     = "FLOODGATE_KEY_SECRET"     // serve: store HMACs of keys in Redis, with this secret
+	EnvURL           = "FLOODGATE_URL"            // allow, peek, reset, keys: the service's HTTP address
+)
+
+// Main runs the command line of args (without the program name) and
+// returns the exit status: 0 success, 1 error, 2 usage error, 3 a
+// request denied (allow, peek).
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, args, stdout, stderr, os.Getenv)
+}
+
+// Run is Main with an explicit context (cancelled to stop serve) and
+// environment, for tests.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	e := &environ{ctx: ctx, stdout: stdout, stderr: stderr, getenv: env}
+	switch args[0] {
+	case "serve":
+		return e.serve(args[1:])
+	case "check":
+		return e.check(args[1:])
+	case "allow", "peek":
+		return e.decide(args[0], args[1:])
+	case "reset":
+		return e.reset(args[1:])
+	case "keys":
+		return e.keys(args[1:])
+	case "bench":
+		return e.bench(args[1:])
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "floodgate", Version())
+		return 0
+	case "help", "-h", "--help", "-help":
+		if len(args) > 1 {
+			return Run(ctx, []string{args[1], "--help"}, stdout, stderr, env)
+		}
+		usage(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "floodgate: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `floodgate: a rate limiter service.
+
+Usage:
+  floodgate serve   [flags]             run the service (HTTP/JSON and Envoy's gRPC API)
+  floodgate check   [--config PATH]     validate a configuration and list its policies
+  floodgate allow   [flags] POLICY KEY  ask a running service to decide a request
+  floodgate peek    [flags] POLICY KEY  the same, recording nothing
+  floodgate reset   [flags] POLICY KEY  forget a key's state (admin)
+  floodgate keys    [flags] POLICY      list a tracked policy's top keys (admin)
+  floodgate bench   [flags]             load a limiter; report speed, latency and accuracy
+  floodgate version                     print the version
+
+Run "floodgate COMMAND --help" for a command's flags. docs/operations.md is the manual.
+`)
+}
+
+// environ is what commands run with.
+type environ struct {
+	ctx            context.Context
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// flags returns a FlagSet whose --help prints the command's usage and
+// environment variables.
+func (e *environ) flags(name, synopsis, about string, envs ...string) *flag.FlagSet {
+	fs := flag.NewFlagSet("floodgate "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: floodgate %s %s\n\n%s\n\nFlags:\n", name, synopsis, about)
+		printFlags(w, fs)
+		if len(envs) > 0 {
+			fmt.Fprintln(w, "\nEnvironment (flags win over it):")
+			for _, v := range envs {
+				fmt.Fprintf(w, "  %s\n", v)
+			}
+		}
+	}
+	return fs
+}
+
+// printFlags lists fs's flags as flag.PrintDefaults does, but spelt with
+// two dashes, as the documentation writes them (both spellings work).
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, help := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		line += "\n    \t" + strings.ReplaceAll(help, "\n", "\n    \t")
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "false" {
+			line += " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintln(w, line)
+	})
+}
+
+// parse parses args; it returns the exit status to stop with, or -1 to go on.
+func (e *environ) parse(fs *flag.FlagSet, args []string) int {
+	fs.SetOutput(e.stderr)
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "-help" {
+			fs.SetOutput(e.stdout)
+			fs.Usage()
+			return 0
+		}
+	}
+	// Flags may come after the arguments (floodgate peek api alice
+	// --cost 2), as users write them; "--" ends the flags.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
+	}
+	fs.Parse(append([]string{"--"}, positional...))
+	return -1
+}
+
+// env returns the first non-empty of the flag value and the variable.
+func (e *environ) env(flagValue, name string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return strings.TrimSpace(e.getenv(name))
+}
+
+func (e *environ) errorf(format string, args ...any) int {
+	fmt.Fprintf(e.stderr, "floodgate: "+format+"\n", args...)
+	return 1
+}
+
+// Version returns the module version and VCS revision the binary was built
+// from, as far as the build recorded them.
+func Version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := info.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			if len(s.Value) > 12 {
+				s.Value = s.Value[:12]
+			}
+			v += " " + s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				v += "-dirty"
+			}
+		}
+	}
+	return v + " " + info.GoVersion
+}

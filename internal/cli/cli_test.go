@@ -1,0 +1,290 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate/internal/cli"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// run runs the command line with the environment env and returns its exit
+// status and outputs.
+func run(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut syncBuffer
+	code = cli.Run(context.Background(), args, &out, &errOut, func(k string) string { return env[k] })
+	return code, out.String(), errOut.String()
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestHelp(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string // in stdout
+	}{
+		{[]string{"help"}, []string{"serve", "check", "allow", "peek", "reset", "keys", "version"}},
+		{[]string{"--help"}, []string{"Usage:"}},
+		{[]string{"serve", "--help"}, []string{"--config", "--http", "--grpc", "--redis", "--redis-cluster", "--redis-sentinel",
+			"--log-format", "--watch", "--drain", cli.EnvConfig, cli.EnvRedisPassword, cli.EnvAdminToken, cli.EnvKeySecret}},
+		{[]string{"help", "serve"}, []string{"--redis-sentinel"}},
+		{[]string{"check", "--help"}, []string{"--config", "file:line"}},
+		{[]string{"allow", "--help"}, []string{"--url", "--cost", "3 when denied", cli.EnvURL}},
+		{[]string{"peek", "--help"}, []string{"recording nothing"}},
+		{[]string{"reset", "--help"}, []string{"--token", cli.EnvAdminToken}},
+		{[]string{"keys", "--help"}, []string{"--sort", "--limit"}},
+	} {
+		code, out, _ := run(t, nil, c.args...)
+		if code != 0 {
+			t.Errorf("%v: exit %d, want 0", c.args, code)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: output lacks %q:\n%s", c.args, w, out)
+			}
+		}
+	}
+	if code, out, _ := run(t, nil, "version"); code != 0 || !strings.HasPrefix(out, "floodgate ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		code int
+		want string // in stderr
+	}{
+		{nil, nil, 2, "Usage:"},
+		{nil, []string{"serv"}, 2, `unknown command "serv"`},
+		{nil, []string{"serve", "--nope"}, 2, "flag provided but not defined: -nope"},
+		{nil, []string{"serve", "extra"}, 1, `serve takes no arguments, found "extra"`},
+		{nil, []string{"serve", "--log-level", "loud"}, 1, `--log-level "loud": want debug, info, warn or error`},
+		{nil, []string{"serve", "--log-format", "xml"}, 1, `--log-format "xml": want text or json`},
+		{nil, []string{"serve", "--redis", "localhost:6379", "--redis-cluster", "a:1"}, 1, "give one of --redis, --redis-cluster and --redis-sentinel"},
+		{map[string]string{cli.EnvRedisCluster: "a:1"}, []string{"serve", "--redis", "redis://x:1"}, 1, "give one of"},
+		{nil, []string{"serve", "--redis", "http://localhost:6379"}, 1, "--redis"},
+		{nil, []string{"serve", "--redis-sentinel", "nomaster"}, 1, `--redis-sentinel "nomaster": want MASTER@host:port,host:port`},
+		{map[string]string{cli.EnvKeySecret: "short"}, []string{"serve"}, 1, cli.EnvKeySecret + ": want at least 16 bytes"},
+		{nil, []string{"serve", "--config", "/does/not/exist"}, 1, "/does/not/exist"},
+		{nil, []string{"allow", "api"}, 1, "allow takes POLICY and KEY"},
+		{nil, []string{"keys"}, 1, "keys takes POLICY"},
+		{nil, []string{"check", "a", "b"}, 1, "check takes one configuration"},
+	} {
+		code, _, errOut := run(t, c.env, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v (env %v): exit %d, stderr %q; want exit %d and %q", c.args, c.env, code, errOut, c.code, c.want)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	code, out, _ := run(t, nil, "check")
+	if code != 0 {
+		t.Fatalf("check of the built-in configuration: exit %d", code)
+	}
+	for _, w := range []string{"<built-in>/floodgate.yaml", "store: memory", "api", "gcra 10/1s burst 20", "Envoy domains (1)", "example", "remote_address"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("check's output lacks %q:\n%s", w, out)
+		}
+	}
+
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "floodgate.yaml"), []byte("policies:\n  api: \"gcra 0/1s\"\nstore:\n  url: redis://u:hunter2@localhost:6379\n  tiemout: 5ms\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: hours, requests_per_unit: 1}\n"), 0o644)
+	code, out, errOut := run(t, map[string]string{cli.EnvConfig: dir}, "check")
+	if code != 1 || out != "" {
+		t.Errorf("check of an invalid configuration: exit %d, stdout %q", code, out)
+	}
+	for _, re := range []string{
+		`edge\.yaml:4: descriptors\[0\]\.rate_limit\.unit: invalid rate limit unit "hours"`,
+		`floodgate\.yaml:2: policies\.api\S*: `,
+		`floodgate\.yaml:5: store\.tiemout: unknown field`,
+		`3 problem\(s\): configuration refused`,
+	} {
+		if !regexp.MustCompile(re).MatchString(errOut) {
+			t.Errorf("check's errors lack %s:\n%s", re, errOut)
+		}
+	}
+
+	// A valid Redis configuration: the password is not printed.
+	path := writeFile(t, "ok.yaml", "store:\n  url: redis://u:hunter2@localhost:6379\n")
+	code, out, _ = run(t, nil, "check", path)
+	if code != 0 || !strings.Contains(out, "redis://u:***@localhost:6379") || strings.Contains(out, "hunter2") {
+		t.Errorf("check of a Redis configuration: exit %d\n%s", code, out)
+	}
+}
+
+// serving runs serve in-process until the test ends and returns its HTTP
+// address.
+func serving(t *testing.T, env map[string]string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- cli.Run(ctx, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, args...),
+			&out, &errOut, func(k string) string { return env[k] })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d:\n%s", code, errOut.String())
+		}
+	})
+	re := regexp.MustCompile(`msg="floodgate serving".* http=(\S+)`)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(errOut.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d:\n%s", code, errOut.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("serve did not start:\n%s", errOut.String())
+	return ""
+}
+
+// TestClientCommands runs allow, peek, reset and keys against a service
+// started in-process, with the admin token from the environment.
+func TestClientCommands(t *testing.T) {
+	const token = "0123456789abcdef-token"
+	path := writeFile(t, "floodgate.yaml", "policies:\n  two: \"fixed_window 2/1h track\"\n")
+	addr := serving(t, map[string]string{cli.EnvAdminToken: token}, "--config", path)
+	env := map[string]string{cli.EnvURL: addr}
+	admin := map[string]string{cli.EnvURL: "http://" + addr, cli.EnvAdminToken: token}
+
+	for i, want := range []int{0, 0, 3} {
+		code, out, errOut := run(t, env, "allow", "two", "alice")
+		if code != want {
+			t.Fatalf("allow #%d: exit %d, want %d\n%s%s", i+1, code, want, out, errOut)
+		}
+		verdict := "allowed"
+		if want == 3 {
+			verdict = "denied"
+		}
+		if !strings.HasPrefix(out, "two: "+verdict) || !strings.Contains(out, "limit=2") {
+			t.Errorf("allow #%d printed %q", i+1, out)
+		}
+	}
+	if code, out, _ := run(t, env, "peek", "two", "bob", "--cost", "2"); code != 0 || !strings.Contains(out, "remaining=0") {
+		t.Errorf("peek of a fresh key at cost 2: exit %d, %q", code, out)
+	}
+	if code, out, _ := run(t, env, "allow", "--cost", "3", "two", "bob"); code != 3 || !strings.Contains(out, "retry_after=never") {
+		t.Errorf("allow at a cost above the limit: exit %d, %q", code, out)
+	}
+	if code, out, errOut := run(t, env, "allow", "--cost", "1", "--", "two", "-dash-key"); code != 0 || !strings.HasPrefix(out, "two: allowed") {
+		t.Errorf("allow with a key after --: exit %d, %q %q", code, out, errOut)
+	}
+	if code, _, errOut := run(t, env, "allow", "nope", "alice"); code != 1 || !strings.Contains(errOut, "HTTP 404, unknown_policy") {
+		t.Errorf("allow of an unknown policy: exit %d, %q", code, errOut)
+	}
+
+	// Admin commands: refused without the token (the flag wins over the
+	// environment), accepted with it.
+	if code, _, errOut := run(t, admin, "reset", "--token", "wrong-token-0123456", "two", "alice"); code != 1 || !strings.Contains(errOut, "HTTP 401") {
+		t.Errorf("reset with a wrong token: exit %d, %q", code, errOut)
+	}
+	code, out, errOut := run(t, admin, "keys", "two", "--sort", "denied")
+	if code != 0 || !regexp.MustCompile(`"alice"\s+3\s+1`).MatchString(out) {
+		t.Errorf("keys: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := run(t, admin, "keys", "two", "--sort", "loudest"); code != 1 || !strings.Contains(errOut, "sort: want requests, denied or last_seen") {
+		t.Errorf("keys with a bad sort: exit %d, %q", code, errOut)
+	}
+	if code, out, errOut := run(t, admin, "reset", "two", "alice"); code != 0 || strings.Contains(out, "alice") {
+		t.Errorf("reset: exit %d, %q %q", code, out, errOut)
+	}
+	if code, _, _ := run(t, env, "allow", "two", "alice"); code != 0 {
+		t.Errorf("allow after reset: exit %d, want 0", code)
+	}
+
+	// No service there: a clear message.
+	if code, _, errOut := run(t, map[string]string{cli.EnvURL: "127.0.0.1:1"}, "allow", "two", "alice"); code != 1 || !strings.Contains(errOut, "cannot reach the service at http://127.0.0.1:1") {
+		t.Errorf("allow with no service: exit %d, %q", code, errOut)
+	}
+}
+
+// TestAddressPrecedence: a flag wins over the environment, which wins over
+// the configuration file.
+func TestAddressPrecedence(t *testing.T) {
+	// An address that cannot be listened on: one this test holds.
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().String()
+	path := writeFile(t, "floodgate.yaml", "listen:\n  http: "+busy+"\n  grpc: 127.0.0.1:0\n")
+
+	// The environment overrides the file's (busy) address.
+	var out, errOut syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Run(ctx, []string{"serve", "--config", path}, &out, &errOut, func(k string) string {
+			return map[string]string{cli.EnvHTTP: "127.0.0.1:0"}[k]
+		})
+	}()
+	deadline := time.After(20 * time.Second)
+	for !strings.Contains(errOut.String(), "floodgate serving") {
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d with %s set over the file's address:\n%s", code, cli.EnvHTTP, errOut.String())
+		case <-deadline:
+			t.Fatalf("serve did not start:\n%s", errOut.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("serve exited %d", code)
+	}
+	if strings.Contains(errOut.String(), "http="+busy) {
+		t.Errorf("serve listened on the file's address:\n%s", errOut.String())
+	}
+
+	// The flag wins over the environment: the busy address fails clearly.
+	code, _, stderr := run(t, map[string]string{cli.EnvHTTP: "127.0.0.1:0"}, "serve", "--config", path, "--http", busy)
+	if code != 1 || !strings.Contains(stderr, "HTTP: ") || !strings.Contains(stderr, "choose another address with --http or "+cli.EnvHTTP) {
+		t.Errorf("serve on an address in use: exit %d, %q", code, stderr)
+	}
+}

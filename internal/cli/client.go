@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+const defaultURL = "http://127.0.0.1:8080"
+
+// client flags shared by allow, peek, reset and keys.
+type clientFlags struct {
+	url, token string
+	timeout    time.Duration
+}
+
+func (e *environ) clientFlags(name, synopsis, about string, admin bool) (*clientFlags, *flag.FlagSet) {
+	envs := []string{EnvURL + "  the service's address (default " + defaultURL + ")"}
+	if admin {
+		envs = append(envs, EnvAdminToken+"  the admin token to send")
+	}
+	c := &clientFlags{}
+	fs := e.flags(name, synopsis, about, envs...)
+	fs.StringVar(&c.url, "url", "", "the service's HTTP `address` (default "+defaultURL+")")
+	if admin {
+		fs.StringVar(&c.token, "token", "", "admin `token` (default from "+EnvAdminToken+")")
+	}
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for the service")
+	return c, fs
+}
+
+// do sends one request to the service and decodes its JSON answer.
+func (e *environ) do(c *clientFlags, method, path string, body any, out any) (int, error) {
+	base := strings.TrimRight(e.env(c.url, EnvURL), "/")
+	if base == "" {
+		base = defaultURL
+	}
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(data)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token := e.env(c.token, EnvAdminToken); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("cannot reach the service at %s: %w (is floodgate serve running? --url or %s)", base, err, EnvURL)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	var apiErr struct {
+		Error *struct {
+			Code, Message, Field string
+		} `json:"error"`
+	}
+	if json.Unmarshal(data, &apiErr) == nil && apiErr.Error != nil {
+		msg := apiErr.Error.Message
+		if apiErr.Error.Field != "" {
+			msg = apiErr.Error.Field + ": " + msg
+		}
+		return resp.StatusCode, fmt.Errorf("%s (HTTP %d, %s)", msg, resp.StatusCode, apiErr.Error.Code)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("unexpected answer (HTTP %d): %.200s", resp.StatusCode, data)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func (e *environ) decide(cmd string, args []string) int {
+	about := "Asks a running service to decide a request of COST for KEY under POLICY, recording it.\n" +
+		"Prints the decision; the exit status is 0 when allowed, 3 when denied."
+	if cmd == "peek" {
+		about = "Asks a running service what a request would get, recording nothing.\n" +
+			"Prints the decision; the exit status is 0 when it would pass, 3 when not."
+	}
+	c, fs := e.clientFlags(cmd, "[flags] POLICY KEY", about, false)
+	cost := fs.Int64("cost", 1, "the request's `cost`")
+	if code := e.parse(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() != 2 {
+		return e.errorf("%s takes POLICY and KEY (floodgate %s --help)", cmd, cmd)
+	}
+	var out struct {
+		Allowed   bool `json:"allowed"`
+		Decisions []struct {
+			Policy       string `json:"policy"`
+			Allowed      bool   `json:"allowed"`
+			Limit        int64  `json:"limit"`
+			Remaining    int64  `json:"remaining"`
+			RetryAfterUS int64  `json:"retry_after_us"`
+			ResetAfterUS int64  `json:"reset_after_us"`
+			Degraded     bool   `json:"degraded"`
+		} `json:"decisions"`
+	}
+	_, err := e.do(c, http.MethodPost, "/v1/"+map[string]string{"allow": "check", "peek": "peek"}[cmd],
+		map[string]any{"policy": fs.Arg(0), "key": fs.Arg(1), "cost": *cost}, &out)
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	for _, d := range out.Decisions {
+		verdict := "allowed"
+		if !d.Allowed {
+			verdict = "denied"
+		}
+		retry := "never"
+		if d.RetryAfterUS >= 0 {
+			retry = (time.Duration(d.RetryAfterUS) * time.Microsecond).String()
+		}
+		fmt.Fprintf(e.stdout, "%s: %s  limit=%d remaining=%d retry_after=%s reset_after=%s", d.Policy, verdict,
+			d.Limit, d.Remaining, retry, time.Duration(d.ResetAfterUS)*time.Microsecond)
+		if d.Degraded {
+			fmt.Fprint(e.stdout, "  (degraded: the store failed)")
+		}
+		fmt.Fprintln(e.stdout)
+	}
+	if !out.Allowed {
+		return 3
+	}
+	return 0
+}
+
+func (e *environ) reset(args []string) int {
+	c, fs := e.clientFlags("reset", "[flags] POLICY KEY", "Asks a running service to forget KEY's state under POLICY (an admin action).", true)
+	if code := e.parse(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() != 2 {
+		return e.errorf("reset takes POLICY and KEY (floodgate reset --help)")
+	}
+	if _, err := e.do(c, http.MethodPost, "/v1/reset", map[string]string{"policy": fs.Arg(0), "key": fs.Arg(1)}, nil); err != nil {
+		return e.errorf("%v", err)
+	}
+	fmt.Fprintf(e.stdout, "reset %s for the key given\n", fs.Arg(0))
+	return 0
+}
+
+func (e *environ) keys(args []string) int {
+	c, fs := e.clientFlags("keys", "[flags] POLICY", "Lists the top keys of a policy that tracks usage (track: true), an admin action.", true)
+	sort := fs.String("sort", "requests", "sort `order`: requests, denied or last_seen")
+	limit := fs.Int("limit", 20, "how many `keys`")
+	if code := e.parse(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() != 1 {
+		return e.errorf("keys takes POLICY (floodgate keys --help)")
+	}
+	var out struct {
+		Keys []struct {
+			Key       string    `json:"key"`
+			FirstSeen time.Time `json:"first_seen"`
+			LastSeen  time.Time `json:"last_seen"`
+			Requests  int64     `json:"requests"`
+			Denied    int64     `json:"denied"`
+		} `json:"keys"`
+	}
+	q := url.Values{"policy": {fs.Arg(0)}, "sort": {*sort}, "limit": {fmt.Sprint(*limit)}}
+	if _, err := e.do(c, http.MethodGet, "/v1/keys?"+q.Encode(), nil, &out); err != nil {
+		return e.errorf("%v", err)
+	}
+	fmt.Fprintf(e.stdout, "%-30s %10s %10s  %-20s %s\n", "KEY", "REQUESTS", "DENIED", "LAST SEEN", "FIRST SEEN")
+	for _, k := range out.Keys {
+		fmt.Fprintf(e.stdout, "%-30q %10d %10d  %-20s %s\n", k.Key, k.Requests, k.Denied,
+			k.LastSeen.UTC().Format(time.DateTime), k.FirstSeen.UTC().Format(time.DateTime))
+	}
+	return 0
+}

@@ -1,0 +1,467 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/internal/telemetry"
+	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/transport/envoyrls"
+	"github.com/floodgatehq/floodgate/transport/httpapi"
+)
+
+type serveFlags struct {
+	config, http, grpc, redisURL, redisCluster, redisSentinel string
+	logFormat, logLevel                                       string
+	watch                                                     time.Duration
+	drain                                                     time.Duration
+}
+
+func (e *environ) serve(args []string) int {
+	var f serveFlags
+	fs := e.flags("serve", "[flags]",
+		"Runs the rate limit service: the HTTP/JSON API and Envoy's gRPC rate limit API.\n"+
+			"With no flags: the memory store, HTTP on 127.0.0.1:8080, gRPC on 127.0.0.1:8081, and a\n"+
+			"small built-in set of example policies. --redis, --redis-cluster or --redis-sentinel\n"+
+			"share state between replicas. SIGHUP, or a change of the configuration files, reloads\n"+
+			"the configuration (an invalid one is refused and the old one kept); SIGTERM drains\n"+
+			"requests in flight and stops.",
+		EnvConfig+"  configuration file or directory",
+		EnvHTTP+", "+EnvGRPC+"  listen addresses",
+		EnvRedisURL+", "+EnvRedisCluster+", "+EnvRedisSentinel+"  the Redis store",
+		EnvRedisPassword+"  password for a cluster, or for the master behind sentinels",
+		EnvAdminToken+"  bearer token of the admin endpoints (reset, keys)",
+		EnvKeySecret+"  store an HMAC of every key in Redis instead of the key (16+ bytes)")
+	fs.StringVar(&f.config, "config", "", "configuration `file or directory` (YAML; Envoy domain files load as they are)")
+	fs.StringVar(&f.http, "http", "", "HTTP listen `address` (default from the configuration, else 127.0.0.1:8080)")
+	fs.StringVar(&f.grpc, "grpc", "", "gRPC listen `address` (default from the configuration, else 127.0.0.1:8081)")
+	fs.StringVar(&f.redisURL, "redis", "", "Redis `URL`: redis://[user:password@]host:port[/db], rediss:// for TLS")
+	fs.StringVar(&f.redisCluster, "redis-cluster", "", "Redis Cluster seed `nodes`, comma separated host:port")
+	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "Redis Sentinel: `MASTER@host:port,host:port` (the sentinels)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.DurationVar(&f.watch, "watch", 2*time.Second, "how often to look for changed configuration files (0: only on SIGHUP)")
+	fs.DurationVar(&f.drain, "drain", 15*time.Second, "how long SIGTERM waits for requests in flight")
+	if code := e.parse(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return e.errorf("serve takes no arguments, found %q", fs.Arg(0))
+	}
+	log, err := newLogger(e.stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	path := e.env(f.config, EnvConfig)
+	cfg, err := e.loadConfig(path, f)
+	if err != nil {
+		fmt.Fprintln(e.stderr, err)
+		return 1
+	}
+	return e.run(cfg, path, f, log)
+}
+
+// loadConfig reads the configuration (or the built-in one) and applies the
+// flags and environment over it.
+func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) {
+	var cfg *config.Config
+	var err error
+	if path == "" {
+		cfg, err = config.Parse(builtin()...)
+	} else {
+		cfg, err = config.Load(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if v := e.env(f.http, EnvHTTP); v != "" {
+		cfg.Listen.HTTP = v
+	}
+	if v := e.env(f.grpc, EnvGRPC); v != "" {
+		cfg.Listen.GRPC = v
+	}
+	redisURL, cluster, sentinel := e.env(f.redisURL, EnvRedisURL), e.env(f.redisCluster, EnvRedisCluster), e.env(f.redisSentinel, EnvRedisSentinel)
+	given := 0
+	for _, v := range []string{redisURL, cluster, sentinel} {
+		if v != "" {
+			given++
+		}
+	}
+	if given > 1 {
+		return nil, errors.New("floodgate: give one of --redis, --redis-cluster and --redis-sentinel")
+	}
+	switch {
+	case redisURL != "":
+		if err := config.CheckRedisURL(redisURL); err != nil {
+			return nil, fmt.Errorf("floodgate: --redis: %w", err)
+		}
+		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis", redisURL, nil, ""
+	case cluster != "":
+		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis-cluster", "", splitAddrs(cluster), ""
+	case sentinel != "":
+		master, addrs, ok := strings.Cut(sentinel, "@")
+		if !ok || master == "" || addrs == "" {
+			return nil, fmt.Errorf("floodgate: --redis-sentinel %q: want MASTER@host:port,host:port", sentinel)
+		}
+		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis-sentinel", "", splitAddrs(addrs), master
+	}
+	if v := e.getenv(EnvRedisPassword); v != "" {
+		cfg.Store.Password = v
+	}
+	if v := e.getenv(EnvAdminToken); v != "" {
+		cfg.Admin.Token = v
+	}
+	if v := e.getenv(EnvKeySecret); v != "" {
+		if len(v) < 16 {
+			return nil, fmt.Errorf("floodgate: %s: want at least 16 bytes", EnvKeySecret)
+		}
+		cfg.Store.HashKeysSecret = v
+	}
+	return cfg, nil
+}
+
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// openStore builds the configured store. The returned closer releases it
+// and its client.
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (floodgate.Store, func(), error) {
+	s := cfg.Store
+	if s.Type == "memory" {
+		var opts []memstore.Option
+		if s.MaxKeys > 0 {
+			opts = append(opts, memstore.WithMaxKeys(s.MaxKeys))
+		}
+		if cfg.Limits.MaxKeyBytes > 0 {
+			opts = append(opts, memstore.WithMaxKeyLen(cfg.Limits.MaxKeyBytes))
+		}
+		m, err := memstore.New(opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return m, func() { m.Close() }, nil
+	}
+	// Store calls are bounded by their context (ContextTimeoutEnabled);
+	// a call that may have run is never retried (MaxRetries -1).
+	timeouts := func(dial, rw *time.Duration) {
+		*dial = max(time.Second, 5*s.Timeout)
+		*rw = max(time.Second, 5*s.Timeout)
+	}
+	var client redis.UniversalClient
+	switch s.Type {
+	case "redis":
+		o, err := redis.ParseURL(s.URL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("store url: %w", err)
+		}
+		o.MaxRetries, o.ContextTimeoutEnabled = -1, true
+		timeouts(&o.DialTimeout, &o.ReadTimeout)
+		o.WriteTimeout = o.ReadTimeout
+		client = redis.NewClient(o)
+	case "redis-cluster":
+		o := &redis.ClusterOptions{Addrs: s.Addrs, Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true}
+		timeouts(&o.DialTimeout, &o.ReadTimeout)
+		o.WriteTimeout = o.ReadTimeout
+		client = redis.NewClusterClient(o)
+	case "redis-sentinel":
+		o := &redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.Addrs, Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true}
+		timeouts(&o.DialTimeout, &o.ReadTimeout)
+		o.WriteTimeout = o.ReadTimeout
+		client = redis.NewFailoverClient(o)
+	default:
+		return nil, nil, fmt.Errorf("store type %q", s.Type)
+	}
+	opts := []redisstore.Option{redisstore.WithMaxKeyLen(cfg.Limits.MaxKeyBytes)}
+	if s.Prefix != "" {
+		opts = append(opts, redisstore.WithPrefix(s.Prefix))
+	}
+	if s.HashKeysSecret != "" {
+		opts = append(opts, redisstore.WithHashedKeys([]byte(s.HashKeysSecret)))
+	}
+	rs, err := redisstore.New(client, opts...)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rs.Preload(pctx); err != nil {
+		log.Warn("Redis is not answering yet; decisions follow the failure policy until it does", "error", err)
+	}
+	return rs, func() { rs.Close(); client.Close() }, nil
+}
+
+// run serves until the context ends.
+func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.Logger) int {
+	store, closeStore, err := openStore(e.ctx, cfg, log)
+	if err != nil {
+		return e.errorf("opening the store: %v", err)
+	}
+	defer closeStore()
+	var fallback floodgate.Store
+	if cfg.Failure.Mode == "fallback" {
+		m, _ := memstore.New()
+		defer m.Close()
+		fallback = m
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := telemetry.New(reg)
+	if err != nil {
+		return e.errorf("metrics: %v", err)
+	}
+	svc, err := service.New(cfg, service.Options{Store: store, Fallback: fallback, Observer: metrics, Logger: log})
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+
+	httpLn, err := net.Listen("tcp", cfg.Listen.HTTP)
+	if err != nil {
+		return e.errorf("HTTP: %v (choose another address with --http or %s)", err, EnvHTTP)
+	}
+	grpcLn, err := net.Listen("tcp", cfg.Listen.GRPC)
+	if err != nil {
+		httpLn.Close()
+		return e.errorf("gRPC: %v (choose another address with --grpc or %s)", err, EnvGRPC)
+	}
+	handler := httpapi.Handler(svc, httpapi.Options{
+		AdminToken: cfg.Admin.Token,
+		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		EnvoyJSON:  envoyrls.JSONHandler(svc, cfg.Limits.MaxBodyBytes),
+		Logger:     log,
+	})
+	httpSrv := &http.Server{
+		Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(cfg.Limits.MaxBodyBytes))}
+	if cfg.Listen.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.Listen.TLSCert, cfg.Listen.TLSKey)
+		if err != nil {
+			httpLn.Close()
+			grpcLn.Close()
+			return e.errorf("gRPC TLS: %v", err)
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewServerTLSFromCert(&cert)))
+	}
+	grpcSrv := grpc.NewServer(gopts...)
+	envoyrls.Register(grpcSrv, svc)
+	healthSrv := health.NewServer()
+	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := httpSrv.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("HTTP: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := grpcSrv.Serve(grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errs <- fmt.Errorf("gRPC: %w", err)
+		}
+	}()
+
+	log.Info("floodgate serving", "version", Version(), "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(),
+		"store", cfg.Store.Type, "policies", len(cfg.Policies), "domains", len(cfg.Domains), "config", configName(path))
+	if len(cfg.Policies) > 0 {
+		try := fmt.Sprintf(`curl -d '{"policy":"%s","key":"alice"}' http://%s/v1/check`, cfg.Policies[0].Name, httpLn.Addr())
+		if f.logFormat == "json" {
+			log.Info("try it", "command", try)
+		} else {
+			// Plain, so that it can be copied: the text handler would
+			// escape the quotes.
+			fmt.Fprintf(e.stderr, "try it: %s\n", try)
+		}
+	}
+
+	ctx, stop := context.WithCancel(e.ctx)
+	defer stop()
+	go watchHealth(ctx, svc, healthSrv)
+	go e.reloads(ctx, svc, path, f, log)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errs:
+		log.Error("server failed", "error", err)
+		stop()
+	}
+	log.Info("shutting down: draining requests in flight", "drain", f.drain)
+	healthSrv.Shutdown()
+	dctx, cancel := context.WithTimeout(context.Background(), f.drain)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { grpcSrv.GracefulStop(); close(done) }()
+	if err := httpSrv.Shutdown(dctx); err != nil {
+		log.Warn("HTTP requests still in flight at the drain deadline", "error", err)
+	}
+	select {
+	case <-done:
+	case <-dctx.Done():
+		grpcSrv.Stop()
+	}
+	wg.Wait()
+	log.Info("stopped")
+	return 0
+}
+
+func configName(path string) string {
+	if path == "" {
+		return "built-in examples"
+	}
+	return path
+}
+
+// watchHealth keeps the gRPC health status in step with readiness.
+func watchHealth(ctx context.Context, svc *service.Service, h *health.Server) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_SERVING
+		if err := svc.Ready(ctx); err != nil {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		h.SetServingStatus("", st)
+		h.SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", st)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// reloads reloads the configuration on SIGHUP and when its files change.
+func (e *environ) reloads(ctx context.Context, svc *service.Service, path string, f serveFlags, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var tick <-chan time.Time
+	last := ""
+	if path != "" && f.watch > 0 {
+		t := time.NewTicker(f.watch)
+		defer t.Stop()
+		tick = t.C
+		last = fingerprint(path)
+	}
+	for {
+		why := ""
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			why = "SIGHUP"
+			if tick != nil {
+				last = fingerprint(path) // the change SIGHUP applies is not one to apply again
+			}
+		case <-tick:
+			fp := fingerprint(path)
+			if fp == last {
+				continue
+			}
+			last, why = fp, "files changed"
+		}
+		if path == "" {
+			log.Info("reload requested; the built-in configuration does not change", "reason", why)
+			continue
+		}
+		cfg, err := e.loadConfig(path, f)
+		if err != nil {
+			log.Error("configuration refused; the previous one stays in force", "reason", why, "path", path)
+			var es config.Errors
+			if errors.As(err, &es) {
+				for _, x := range es {
+					log.Error("configuration error", "at", fmt.Sprintf("%s:%d", x.File, x.Line), "field", x.Path, "problem", x.Msg)
+				}
+			} else {
+				log.Error("configuration error", "problem", err.Error())
+			}
+			svc.ReloadFailed()
+			continue
+		}
+		if err := svc.Reload(cfg); err != nil {
+			log.Error("configuration refused; the previous one stays in force", "reason", why, "error", err)
+			continue
+		}
+		log.Info("configuration reloaded", "reason", why, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
+	}
+}
+
+// fingerprint is a hash of the configuration files' names and contents:
+// it changes whenever a file is added, removed, edited, or swapped behind
+// a symlink (as Kubernetes updates ConfigMaps).
+func fingerprint(path string) string {
+	h := sha256.New()
+	var files []string
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		filepath.WalkDir(path, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				files = append(files, p)
+			}
+			return nil
+		})
+	} else {
+		files = []string{path}
+	}
+	sort.Strings(files)
+	for _, p := range files {
+		data, err := os.ReadFile(p)
+		fmt.Fprintf(h, "%s\x00%d\x00%v\x00", p, len(data), err != nil)
+		h.Write(data)
+	}
+	return string(h.Sum(nil))
+}

@@ -1,0 +1,90 @@
+package telemetry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/internal/telemetry"
+)
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := telemetry.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Decision("api", true, false, false)
+	m.Decision("api", false, false, false)
+	m.Decision("api", false, true, false) // a shadow denial
+	m.Decision("login", true, false, true)
+	m.OverLimitCacheHit("api")
+	m.StoreCall("take", time.Millisecond, nil)
+	m.StoreCall("take", 50*time.Millisecond, fmt.Errorf("redisstore: %w", context.DeadlineExceeded))
+	m.StoreCall("take", time.Millisecond, fmt.Errorf("redisstore: %w", floodgate.ErrUnavailable))
+	m.StoreCall("reset", time.Millisecond, errors.New("boom"))
+	m.Reload(true)
+	m.Reload(false)
+
+	want := `
+# HELP floodgate_decisions_total Decisions made, by policy and verdict (allowed or denied). Shadow-mode denials count as denied here and in floodgate_shadow_denials_total.
+# TYPE floodgate_decisions_total counter
+floodgate_decisions_total{policy="api",verdict="allowed"} 1
+floodgate_decisions_total{policy="api",verdict="denied"} 2
+floodgate_decisions_total{policy="login",verdict="allowed"} 1
+# HELP floodgate_shadow_denials_total Denials of policies in shadow mode, reported but not enforced.
+# TYPE floodgate_shadow_denials_total counter
+floodgate_shadow_denials_total{policy="api"} 1
+# HELP floodgate_degraded_decisions_total Decisions made by the failure policy because the store failed or timed out.
+# TYPE floodgate_degraded_decisions_total counter
+floodgate_degraded_decisions_total{policy="login"} 1
+# HELP floodgate_over_limit_cache_hits_total Denials answered locally because the key's fixed window was already exhausted.
+# TYPE floodgate_over_limit_cache_hits_total counter
+floodgate_over_limit_cache_hits_total{policy="api"} 1
+# HELP floodgate_store_errors_total Store calls that failed, by operation and cause (timeout, unavailable, other).
+# TYPE floodgate_store_errors_total counter
+floodgate_store_errors_total{cause="other",op="reset"} 1
+floodgate_store_errors_total{cause="timeout",op="take"} 1
+floodgate_store_errors_total{cause="unavailable",op="take"} 1
+# HELP floodgate_config_reloads_total Configuration reloads, by result (applied or rejected).
+# TYPE floodgate_config_reloads_total counter
+floodgate_config_reloads_total{result="applied"} 1
+floodgate_config_reloads_total{result="rejected"} 1
+`
+	names := []string{"floodgate_decisions_total", "floodgate_shadow_denials_total", "floodgate_degraded_decisions_total",
+		"floodgate_over_limit_cache_hits_total", "floodgate_store_errors_total", "floodgate_config_reloads_total"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "floodgate_store_duration_seconds"); n != 2 {
+		t.Errorf("store duration series: %d, want 2 (take, reset)", n)
+	}
+
+	// No metric has a label that could hold a key.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := map[string]bool{"policy": true, "verdict": true, "op": true, "cause": true, "result": true}
+	for _, mf := range mfs {
+		for _, metric := range mf.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if !allowed[l.GetName()] {
+					t.Errorf("%s has label %q", mf.GetName(), l.GetName())
+				}
+			}
+		}
+	}
+
+	// A second registration on the same registry is refused.
+	if _, err := telemetry.New(reg); err == nil {
+		t.Error("New on a registry that already has floodgate's metrics succeeded")
+	}
+}

@@ -137,6 +137,10 @@ func (s *Service) compile(cfg *config.Config) (*state, error) {
 // old one; the next ones use the new. Keys keep their state when a policy
 // keeps its name and shape (a new max keeps every count).
 func (s *Service) Reload(cfg *config.Config) error {
+	if cfg.Failure.Mode == "fallback" && s.fallback == nil {
+		s.obs.Reload(false)
+		return errors.New("service: Reload: failure mode fallback needs Options.Fallback")
+	}
 	st, err := s.compile(cfg)
 	if err != nil {
 		s.obs.Reload(false)

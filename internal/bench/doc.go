@@ -81,7 +81,11 @@
 // flight together on one key (--keys smaller than --concurrency), the
 // twins may pick an order the limiter did not take, and an exact limiter
 // can then show a few units of over- or under-admission (see the skip in
-// TestExactStoreScoresOne).
+// TestExactStoreScoresOne). Rarely, the same happens with one request in
+// flight per key under token_bucket and fixed_window align first, whose
+// state lives from the request that created it: placing that request
+// earlier (or later) than the limiter did moves the state's expiry, so
+// neither twin stays on its side of the limiter there.
 //
 // When demand exceeds the limit throughout, the ideal reaches a closed
 // form, Bound: the most SPEC.md lets one key admit, from no state,

@@ -1,0 +1,138 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate/internal/redistest"
+)
+
+// benchReport is what these tests read of floodgate bench --json.
+type benchReport struct {
+	Decisions, Allowed, Denied, Errors int64
+	Latency                            struct{ P99 float64 } `json:"latency_us"`
+	Accuracy                           *struct {
+		Ratio                  *float64
+		Admitted, Ideal, Bound int64
+		Over                   int64 `json:"over_admitted"`
+		Under                  int64 `json:"under_admitted"`
+	}
+}
+
+func benchJSON(t *testing.T, env map[string]string, args ...string) benchReport {
+	t.Helper()
+	code, out, errOut := run(t, env, append([]string{"bench", "--json", "--progress", "off"}, args...)...)
+	if code != 0 {
+		t.Fatalf("bench %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("bench --json printed %q: %v", out, err)
+	}
+	return rep
+}
+
+// wantExact fails unless the run was answered throughout, denied some
+// (the demand exceeded the limit), and scored an accuracy of exactly 1.
+func wantExact(t *testing.T, rep benchReport, what string) {
+	t.Helper()
+	a := rep.Accuracy
+	if rep.Errors != 0 || rep.Denied == 0 || rep.Allowed == 0 {
+		t.Errorf("%s: allowed %d, denied %d, errors %d: want no errors and a demand above the limit", what, rep.Allowed, rep.Denied, rep.Errors)
+	}
+	if a == nil || a.Ratio == nil || *a.Ratio != 1 || a.Over != 0 || a.Under != 0 || a.Admitted > a.Bound {
+		t.Errorf("%s: accuracy %+v, want exactly 1", what, a)
+	}
+}
+
+// TestBenchSeedAgainstRedis is issue 6's first must-show: the seed's own
+// invocation against a real redis-server with an ACL user authenticates,
+// admits exactly 100 per key in the minute (accuracy 1.000); a wrong
+// password fails at once with a message that names it.
+func TestBenchSeedAgainstRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.WithUser("bench", "s3cret-bench"))
+	port := strconv.Itoa(srv.Port)
+	rep := benchJSON(t, nil, "--port", port, "--user", "bench", "--password", "s3cret-bench",
+		"--concurrency", "3", "--threshold", "100", "--iterations", "1000")
+	wantExact(t, rep, "seed invocation")
+	if rep.Decisions != 3000 || rep.Allowed > 600 {
+		t.Errorf("decisions %d, allowed %d: want 3,000 and at most 100 per key per minute", rep.Decisions, rep.Allowed)
+	}
+
+	start := time.Now()
+	code, out, errOut := run(t, nil, "bench", "--port", port, "--user", "bench", "--password", "wrong",
+		"--concurrency", "3", "--threshold", "100", "--iterations", "1000")
+	if code != 1 || out != "" || !strings.Contains(errOut, `refused the password for user "bench"`) || !strings.Contains(errOut, "check --user and --password") {
+		t.Errorf("wrong password: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("wrong password took %v to fail, want at once", d)
+	}
+	if code, _, errOut := run(t, nil, "bench", "--port", port, "--iterations", "10"); code != 1 || !strings.Contains(errOut, "requires authentication") {
+		t.Errorf("no password: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// benchPolicies are policies of every algorithm that refill within a run
+// of a few hundred ms. The two whose state lives from the request that
+// created it (token_bucket, fixed_window align first) get a window longer
+// than the run: the accuracy model can misjudge a request near the end of
+// such a state's life (a known defect, docs/bench.md "A known limit").
+var benchPolicies = map[string]string{
+	"fw":   "fixed_window 20/30ms",
+	"fwf":  "fixed_window 20/10s align first",
+	"sw":   "sliding_window 10/20ms resolution 5ms, 30/100ms resolution 20ms",
+	"sl":   "sliding_log 15/25ms",
+	"slm":  "sliding_log 15/25ms min_interval 1ms count_denied false",
+	"tb":   "token_bucket 40/10s burst 10",
+	"gcra": "gcra 500/1s burst 8",
+	"ar1":  "ar1 6/5ms decay 2",
+}
+
+// TestBenchAgainstServe is issue 6's second must-show: against floodgate
+// serve, over HTTP and over Envoy's gRPC API, every algorithm scores an
+// accuracy of 1 while the demand exceeds the limit.
+func TestBenchAgainstServe(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var pol, dom strings.Builder
+	pol.WriteString("policies:\n")
+	dom.WriteString("domain: bench\ndescriptors:\n")
+	for name, text := range benchPolicies {
+		pol.WriteString("  " + name + ": \"" + text + "\"\n")
+		dom.WriteString("  - key: " + name + "\n    rate_limit: {policy: " + name + "}\n")
+	}
+	for file, text := range map[string]string{"floodgate.yaml": pol.String(), "bench.yaml": dom.String()} {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grpcAddr := freeAddr(t)
+	httpAddr := serving(t, nil, "--config", dir, "--grpc", grpcAddr)
+	for name := range benchPolicies {
+		rep := benchJSON(t, nil, "--target", "http", "--url", httpAddr, "--policy-name", name,
+			"--concurrency", "3", "--iterations", "150")
+		wantExact(t, rep, "http "+name)
+		rep = benchJSON(t, nil, "--target", "grpc", "--addr", grpcAddr, "--url", httpAddr,
+			"--domain", "bench", "--descriptor", name, "--concurrency", "3", "--iterations", "150")
+		wantExact(t, rep, "grpc "+name)
+	}
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

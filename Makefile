@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test check redis fuzz bench bench-peers
+.PHONY: test check redis fuzz bench bench-mem bench-peers
 
 ## test: gofmt and vet, then every test with the race detector, shuffled,
 ## uncached, with real redis-server processes (installed when missing, and
@@ -34,8 +34,30 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePolicy$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzDifferential$$' -fuzztime $(FUZZTIME) ./internal/algo
 
-## bench: the memory store's benchmarks.
-bench:
+## bench: regenerate BENCHMARKS.md's comparison tables into BENCH_OUT in one
+## run (20-40 minutes on 2 cores; the machine should be idle): memstore
+## against in-process peers (benchmarks/run.sh, benchstat), redisstore
+## against Redis peers (benchmarks/redisload -mode mem and -mode load), and
+## floodgate serve under floodgate bench (benchmarks/service.sh). Shorter:
+## make bench PEER_PASSES=2 MEM_PASSES=2 BENCHTIME=50ms LOAD_DURATION=2s DURATION=1s
+BENCH_OUT ?= bench-out
+PEER_PASSES ?= 10
+MEM_PASSES ?= 6
+BENCHTIME ?= 200ms
+LOAD_DURATION ?= 10s
+DURATION ?= 10s
+bench: redis
+	mkdir -p $(BENCH_OUT)
+	PEER_PASSES=$(PEER_PASSES) MEM_PASSES=$(MEM_PASSES) BENCHTIME=$(BENCHTIME) benchmarks/run.sh $(BENCH_OUT)
+	cd benchmarks && $(GO) run golang.org/x/perf/cmd/benchstat@latest -col /lib $(abspath $(BENCH_OUT))/peers.txt > $(abspath $(BENCH_OUT))/peers.md || echo "benchstat failed: see $(BENCH_OUT)/peers.txt"
+	$(GO) run golang.org/x/perf/cmd/benchstat@latest $(BENCH_OUT)/memstore.txt > $(BENCH_OUT)/memstore.md || echo "benchstat failed: see $(BENCH_OUT)/memstore.txt"
+	cd benchmarks && $(GO) run ./redisload -mode mem > $(abspath $(BENCH_OUT))/redis-mem.md
+	cd benchmarks && $(GO) run ./redisload -mode load -duration $(LOAD_DURATION) > $(abspath $(BENCH_OUT))/redis-load.md
+	DURATION=$(DURATION) benchmarks/service.sh $(BENCH_OUT)
+	@echo "tables in $(BENCH_OUT)/: peers.md memstore.md redis-mem.md redis-load.md service.md"
+
+## bench-mem: the memory store's benchmarks alone (fast).
+bench-mem:
 	$(GO) test -run '^$$' -bench . -benchmem ./memstore
 
 ## bench-peers: the memory store against in-process peer libraries (benchmarks/ module).

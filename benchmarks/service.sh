@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# service.sh: floodgate serve under floodgate bench, for BENCHMARKS.md's
+# "floodgate bench" section.
+#
+#   benchmarks/service.sh OUTDIR
+#
+# Builds floodgate, starts a private redis-server (free port, no
+# persistence) and floodgate serve on the memory store and on that Redis,
+# and loads each over HTTP and gRPC with floodgate bench: 1 hot key and
+# 100,000 keys, closed loop, then open loop at OPEN_LOW and OPEN_HIGH
+# arrivals per second (below and above the capacity of a 2-core machine).
+# Writes OUTDIR/service.json (one bench report per line, with its command)
+# and OUTDIR/service.md (the table). Everything it started is stopped on
+# exit.
+#
+# Knobs (environment): DURATION (10s per run), CONCURRENCY (16, closed
+# loop), OPEN_LOW (2000), OPEN_HIGH (20000), OPEN_WORKERS (256),
+# STORES ("memory redis"), TARGETS ("http grpc").
+set -euo pipefail
+
+out=${1:?usage: service.sh OUTDIR}
+mkdir -p "$out"
+DURATION=${DURATION:-10s}
+CONCURRENCY=${CONCURRENCY:-16}
+OPEN_LOW=${OPEN_LOW:-2000}
+OPEN_HIGH=${OPEN_HIGH:-20000}
+OPEN_WORKERS=${OPEN_WORKERS:-256}
+STORES=${STORES:-memory redis}
+TARGETS=${TARGETS:-http grpc}
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+fg=$work/floodgate
+(cd "$root" && go build -o "$fg" ./cmd/floodgate)
+
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	[ -f "$work/redis.pid" ] && kill "$(cat "$work/redis.pid")" 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+mkdir -p "$work/config"
+cat > "$work/config/floodgate.yaml" <<'YAML'
+policies:
+  load: "gcra 1000/1s burst 100"
+YAML
+cat > "$work/config/edge.yaml" <<'YAML'
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {policy: load}
+YAML
+
+: > "$out/service.json"
+for store in $STORES; do
+	args=()
+	if [ "$store" = redis ]; then
+		rport=$(freeport)
+		redis-server --port "$rport" --save '' --appendonly no --daemonize yes \
+			--pidfile "$work/redis.pid" --logfile "$work/redis.log"
+		sleep 0.5
+		args=(--redis "redis://127.0.0.1:$rport")
+	fi
+	hport=$(freeport); gport=$(freeport)
+	"$fg" serve --config "$work/config" --http "127.0.0.1:$hport" --grpc "127.0.0.1:$gport" "${args[@]}" \
+		>"$work/serve-$store.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 50); do grep -q "floodgate serving" "$work/serve-$store.log" && break; sleep 0.1; done
+	for target in $TARGETS; do
+		if [ "$target" = http ]; then
+			t=(--target http --url "127.0.0.1:$hport" --policy-name load)
+		else
+			t=(--target grpc --addr "127.0.0.1:$gport" --url "127.0.0.1:$hport" --domain edge --descriptor user)
+		fi
+		for keys in 1 100000; do
+			for mode in closed low high; do
+				case $mode in
+				closed) m=(--concurrency "$CONCURRENCY") ;;
+				low) m=(--concurrency "$OPEN_WORKERS" --rate "$OPEN_LOW") ;;
+				high) m=(--concurrency "$OPEN_WORKERS" --rate "$OPEN_HIGH") ;;
+				esac
+				cmd=(floodgate bench "${t[@]}" --keys "$keys" "${m[@]}" --duration "$DURATION" --json)
+				echo "store=$store ${cmd[*]}" >&2
+				"$fg" bench "${t[@]}" --keys "$keys" "${m[@]}" --duration "$DURATION" --json --progress off \
+					| jq -c --arg store "$store" --arg cmd "${cmd[*]}" '{store: $store, cmd: $cmd, report: .}' \
+					>> "$out/service.json" || true
+			done
+		done
+	done
+	kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+	if [ "$store" = redis ]; then kill "$(cat "$work/redis.pid")"; rm -f "$work/redis.pid"; fi
+done
+
+{
+	echo "| store | target | keys | loop | decisions/s | p50 | p99 | p99.9 | max | unsent | accuracy |"
+	echo "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+	jq -r '.report as $r | [ .store, $r.target.kind, ($r.workload.keys|tostring),
+		(if $r.workload.mode == "open" then "open \($r.workload.rate)/s" else "closed \($r.workload.concurrency)" end),
+		($r.decisions_per_s|floor|tostring),
+		(($r.latency_us.p50/10|round)/100|tostring) + " ms", (($r.latency_us.p99/10|round)/100|tostring) + " ms", (($r.latency_us.p999/10|round)/100|tostring) + " ms", (($r.latency_us.max/10|round)/100|tostring) + " ms",
+		($r.unsent|tostring),
+		(if $r.accuracy.ratio == null then "n/a" else ($r.accuracy.ratio*1000|round/1000|tostring) end)
+	] | "| " + join(" | ") + " |"' "$out/service.json"
+	echo
+	echo "Commands (floodgate serve --config benchmarks' policies: load = gcra 1000/1s burst 100; domain edge, descriptor user):"
+	echo
+	jq -r '"    " + .store + ": " + .cmd' "$out/service.json"
+} > "$out/service.md"
+echo "wrote $out/service.md" >&2

@@ -434,7 +434,9 @@ func (w *worker) do(k int, intended, sent time.Duration) {
 	done := r.clk.now()
 	r.lastDone.Store(int64(done))
 	if r.ledger != nil {
-		r.ledger.end(k, sentUS, base+int64(done/time.Microsecond), out.Allowed, err == nil)
+		// A degraded answer came from the service's failure policy: what
+		// the limiter counted, if anything, is unknown, as for a failure.
+		r.ledger.end(k, sentUS, base+int64(done/time.Microsecond), out.Allowed, err == nil && !out.Degraded)
 	}
 	n := r.answered.Add(1)
 	if err != nil {

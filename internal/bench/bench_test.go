@@ -87,15 +87,6 @@ func TestExactStoreScoresOne(t *testing.T) {
 			cost int64
 		}{{"hot key", 1, Uniform, 1}, {"per worker", 0, PerWorker, 2}, {"zipf", 200, Zipf, 1}} {
 			t.Run(text+"/"+c.name, func(t *testing.T) {
-				if c.dist != PerWorker {
-					// Known defect: with several requests in flight
-					// together on one key, the twins can pick an order
-					// the limiter did not take and report over- or
-					// under-admission that did not happen (1 subtest in
-					// 200 without -race, 1 in 10 with it). Keys with one
-					// request in flight at a time are judged exactly.
-					t.Skip("accuracy of requests in flight together on one key is not exact yet (known defect)")
-				}
 				t.Parallel()
 				p := mustPolicy(t, text)
 				rep := mustRun(t, Config{
@@ -103,7 +94,18 @@ func TestExactStoreScoresOne(t *testing.T) {
 					Keys: c.keys, Distribution: c.dist, Cost: c.cost,
 				})
 				a := rep.Accuracy
-				if a == nil || a.Ratio == nil || *a.Ratio != 1 || a.Over() || a.UnderAdmitted != 0 {
+				if a == nil || a.Ratio == nil {
+					t.Fatalf("accuracy %+v: want a ratio", a)
+				}
+				if a.Over() {
+					t.Fatalf("accuracy %+v: over-admission reported for an exact store", a)
+				}
+				// The twins are exact for keys with one request in flight
+				// at a time, but for the algorithms whose state is anchored
+				// at the request that created it (package documentation,
+				// "A known limit"); elsewhere they estimate.
+				anchored := p.Algorithm == floodgate.TokenBucket || p.Algorithm == floodgate.FixedWindow && p.Align == floodgate.AlignFirst
+				if c.dist == PerWorker && !anchored && (*a.Ratio != 1 || a.OverAdmitted != 0 || a.UnderAdmitted != 0) {
 					t.Fatalf("accuracy %+v (ratio %v), want exactly 1", a, ratioOf(a))
 				}
 				if rep.Denied == 0 || rep.Allowed == 0 {
@@ -141,7 +143,8 @@ func TestOverAdmissionIsReported(t *testing.T) {
 		}
 		var text bytes.Buffer
 		rep.WriteText(&text)
-		if !strings.Contains(text.String(), "OVER-ADMISSION") || !strings.Contains(text.String(), "120 more than SPEC.md allows, on 3 of 3 keys") {
+		if !strings.Contains(text.String(), "OVER-ADMISSION") || !strings.Contains(text.String(), "120 more than SPEC.md allows for the keys' spans") ||
+			!strings.Contains(text.String(), "the twins place the excess at 120 on 3 of 3 keys") {
 			t.Errorf("the summary does not shout:\n%s", text.String())
 		}
 	})
@@ -152,6 +155,21 @@ func TestOverAdmissionIsReported(t *testing.T) {
 		a := rep.Accuracy
 		if !a.Over() || a.OverAdmitted != int64(a.Keys) || a.OverKeys != a.Keys || a.BeyondBound != int64(a.Keys) {
 			t.Fatalf("accuracy %+v: want one request over on every key", a)
+		}
+	})
+	t.Run("degraded answers", func(t *testing.T) {
+		// A service failing open admits everything, flagged degraded: the
+		// failure policy's answers are left out of accuracy, and said so.
+		open := funcTarget(func(context.Context, string, int64) (Outcome, error) {
+			return Outcome{Allowed: true, Degraded: true}, nil
+		})
+		rep := mustRun(t, Config{Target: open, Policy: p, Concurrency: 2, Iterations: 20, Cost: 1})
+		a := rep.Accuracy
+		if a.Over() || a.Admitted != 0 || a.Keys != 0 || rep.Degraded != 40 || rep.Allowed != 40 {
+			t.Fatalf("accuracy %+v, degraded %d, allowed %d: want the 40 degraded answers left out", a, rep.Degraded, rep.Allowed)
+		}
+		if len(rep.Notes) == 0 || !strings.Contains(strings.Join(rep.Notes, "\n"), "accuracy leaves them out") {
+			t.Errorf("notes %q: want one about the degraded answers", rep.Notes)
 		}
 	})
 	t.Run("admits nothing", func(t *testing.T) {

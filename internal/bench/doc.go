@@ -70,22 +70,24 @@
 //	ideal(k) = admitted(k) − over(k) + under(k)
 //	accuracy = Σ admitted(k) / Σ ideal(k)
 //
-// An exact limiter scores 1.000 whatever the demand. Over-admission is
-// reported loudly (summed per key, so one key's deficit never hides
-// another's excess), and makes floodgate bench exit with status 4.
-// Requests that failed go to neither side and make the figures
+// An exact limiter scores 1.000 whatever the demand. Over- and
+// under-admission are summed per key, so one key's deficit never hides
+// another's excess. Requests that failed, and answers the service's
+// failure policy made (degraded), go to neither side and make the figures
 // approximate (the report says so).
 //
 // A known limit: keys with one request in flight at a time (the default,
 // a key per worker) are judged exactly. When several requests are in
 // flight together on one key (--keys smaller than --concurrency), the
 // twins may pick an order the limiter did not take, and an exact limiter
-// can then show a few units of over- or under-admission (see the skip in
-// TestExactStoreScoresOne). Rarely, the same happens with one request in
-// flight per key under token_bucket and fixed_window align first, whose
-// state lives from the request that created it: placing that request
-// earlier (or later) than the limiter did moves the state's expiry, so
-// neither twin stays on its side of the limiter there.
+// can then show a few units of over- or under-admission. Rarely, the same
+// happens with one request in flight per key under token_bucket and
+// fixed_window align first, whose state lives from the request that
+// created it: placing that request earlier (or later) than the limiter
+// did moves the state's expiry, so neither twin stays on its side of the
+// limiter there. The verdict of over-admission (Accuracy.Over, exit
+// status 4) therefore rests on the bound below alone, which never accuses
+// an exact limiter.
 //
 // When demand exceeds the limit throughout, the ideal reaches a closed
 // form, Bound: the most SPEC.md lets one key admit, from no state,

@@ -144,7 +144,7 @@ func (r *run) report(interrupted bool) *Report {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%d requests failed and may or may not have been counted by the limiter: accuracy is approximate", c.errors))
 		}
 		if c.degraded > 0 {
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%d answers came from the service's failure policy, not from its algorithm", c.degraded))
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%d answers came from the service's failure policy, not from its algorithm: accuracy leaves them out and is approximate", c.degraded))
 		}
 	}
 	if rep.Unsent > 0 {
@@ -225,6 +225,9 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 		if a.Over() {
 			fmt.Fprint(w, OverAdmissionMessage(a))
+		} else if a.OverAdmitted > 0 {
+			fmt.Fprintf(w, "  possible over-admission: %s admitted that the twins could not place, on %d keys (an estimate when requests on a key overlap: docs/bench.md)\n",
+				formatCount(float64(a.OverAdmitted)), a.OverKeys)
 		}
 	} else {
 		fmt.Fprintln(w, "  accuracy   unknown (the policy is not known)")
@@ -242,10 +245,10 @@ func (rep *Report) WriteText(w io.Writer) {
 func OverAdmissionMessage(a *Accuracy) string {
 	var b strings.Builder
 	b.WriteString("  !!! OVER-ADMISSION !!!\n")
-	fmt.Fprintf(&b, "  the target admitted %d more than SPEC.md allows, on %d of %d keys",
-		a.OverAdmitted, a.OverKeys, a.Keys)
-	if a.BeyondBound > 0 {
-		fmt.Fprintf(&b, "; %d of it beyond what any timing of the requests could allow", a.BeyondBound)
+	fmt.Fprintf(&b, "  the target admitted %d more than SPEC.md allows for the keys' spans, whatever the timing and order of the requests",
+		a.BeyondBound)
+	if a.OverAdmitted > 0 {
+		fmt.Fprintf(&b, "; the twins place the excess at %d on %d of %d keys", a.OverAdmitted, a.OverKeys, a.Keys)
 	}
 	b.WriteString("\n")
 	return b.String()

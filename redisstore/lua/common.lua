@@ -107,6 +107,58 @@ local function muldivmod(a, b, c)
   return muladddivmod(a, b, 0, c)
 end
 
+-- Compact states (gcra, fixed_window). Redis keeps a string value that
+-- is a decimal integer fitting 64 bits inside the object header (encoding
+-- int: 16 B), one of up to 28 bytes in a 48-byte allocation (embstr), and
+-- a longer one in 64 bytes or more. So a state is, when it can be:
+--   an integer "[-]<t_last µs><k, 3 digits>": at most 19 digits, so below
+--     2^63 for any t_last up to MAXNOW and k up to 999;
+--   else fixed fields of 7 bytes, each an integer below 2^53 big-endian,
+--     whose first byte is below 32: never a digit or '-', so no integer
+--     form and no text form of earlier versions starts with it.
+
+-- intstate writes the integer form.
+local function intstate(neg, tlast, k)
+  local s = fmt(tlast) .. string.format('%03d', k)
+  if neg then return '-' .. s end
+  return s
+end
+
+-- readint reads the integer form: neg, t_last and k, or nil.
+local function readint(raw)
+  local neg, l, k = string.match(raw, '^(%-?)(%d+)(%d%d%d)$')
+  if not l then return nil end
+  return neg == '-', tonumber(l), tonumber(k)
+end
+
+-- pack7 writes 0 ≤ x ≤ MAXS in 7 bytes, most significant first. (No
+-- table and no loop: this runs on every decision.)
+local function pack7(x)
+  local g = x % 256
+  x = (x - g) / 256
+  local f = x % 256
+  x = (x - f) / 256
+  local e = x % 256
+  x = (x - e) / 256
+  local d = x % 256
+  x = (x - d) / 256
+  local c = x % 256
+  x = (x - c) / 256
+  local b = x % 256
+  return string.char((x - b) / 256, b, c, d, e, f, g)
+end
+
+-- unpack7 reads the 7-byte integer at position i of s.
+local function unpack7(s, i)
+  local a, b, c, d, e, f, g = string.byte(s, i, i + 6)
+  return (((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f) * 256 + g
+end
+
+-- isbinary reports whether raw is the fixed-field form of m fields.
+local function isbinary(raw, m)
+  return #raw == 7 * m and string.byte(raw, 1) < 32
+end
+
 -- The clock: the caller's µs, or the server's TIME.
 local function clock(arg)
   if arg == '' then

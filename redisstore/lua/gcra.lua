@@ -4,9 +4,17 @@
 -- and every quantity below is such a pair (whole µs, remainder in 1/count
 -- µs); products that may pass 2^53 go through muldivmod.
 --
--- KEYS[2]  the state, a string "<TAT µs> <FRAC> <t_last µs> <count>"; a
---          state written under another count means nothing here and is
---          ignored (FRAC is in 1/count µs)
+-- KEYS[2]  the state: TAT, FRAC, t_last (µs) and the rate's count, in the
+--          smallest form that holds them (see "Compact states" in
+--          common.lua):
+--            "<t_last><n>"  the add at t_last found no live state and
+--                           recorded n ≤ 999, so TAT + FRAC/count is
+--                           t_last + n·T (an int-encoded value)
+--            28 bytes       TAT, FRAC, t_last, count: 7 bytes each
+--          and, as written before (still read): "<TAT> <FRAC> <t_last>
+--          <count>". A state that names another count means nothing here
+--          and is ignored (FRAC is in 1/count µs); the integer form is
+--          read under the policy's own rate.
 -- ARGV[8]  the rate's count, 1 to 2^53-1
 -- ARGV[9]  the rate's period, µs (period ≥ count)
 -- ARGV[10] burst, ≥ 1 (burst·period/count within 100 years)
@@ -41,14 +49,26 @@ local function decide(now, n, peek, cd, a, min_ttl)
   local has, TAT, FRAC, tlast = false, 0, 0, 0
   local raw = redis.call('GET', key)
   if raw then
-    local t, f, l, c = string.match(raw, '^(%-?%d+) (%d+) (%-?%d+) (%d+)$')
-    if t and tonumber(c) == count then has, TAT, FRAC, tlast = true, tonumber(t), tonumber(f), tonumber(l) end
+    local _, l, k = readint(raw)
+    if l then
+      local kq, kr = muldivmod(k, period, count)
+      has, tlast = true, l
+      TAT, FRAC = addpair(l, 0, kq, kr, count)
+    elseif isbinary(raw, 4) then
+      if unpack7(raw, 22) == count then
+        has, TAT, FRAC, tlast = true, unpack7(raw, 1), unpack7(raw, 8), unpack7(raw, 15)
+      end
+    else
+      local t, f, l2, c = string.match(raw, '^(%-?%d+) (%d+) (%-?%d+) (%d+)$')
+      if t and tonumber(c) == count then has, TAT, FRAC, tlast = true, tonumber(t), tonumber(f), tonumber(l2) end
+    end
   end
   if has and now < tlast then now = tlast end -- rule 1
 
   local bq, br = muldivmod(burst, period, count) -- burst·T
   local tq, tr = now, 0 -- max(tat, now)
   local live = has and (TAT > now or (TAT == now and FRAC > 0))
+  local fresh = not live -- the add starts from now: TAT will be now + n·T
   if live then tq, tr = TAT, FRAC end
   local aq, ar = muldivmod(n, period, count) -- n·T
   local nq, nr = addpair(tq, tr, aq, ar, count)
@@ -84,7 +104,13 @@ local function decide(now, n, peek, cd, a, min_ttl)
     end
   end
   if record and not peek then
-    redis.call('SET', key, fmt(tq) .. ' ' .. fmt(tr) .. ' ' .. fmt(now) .. ' ' .. fmt(count), 'PX', ttl_ms(expires, now, min_ttl))
+    local v
+    if fresh and n <= 999 then
+      v = intstate(false, now, n)
+    else
+      v = pack7(tq) .. pack7(tr) .. pack7(now) .. pack7(count)
+    end
+    redis.call('SET', key, v, 'PX', ttl_ms(expires, now, min_ttl))
   end
   return allowed, count, remaining, retry, reset, 0, expires
 end

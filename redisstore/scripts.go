@@ -10,13 +10,23 @@ import (
 )
 
 // The Lua twins of internal/algo, one file per algorithm, each run after
-// the shared prelude lua/common.lua. Each file's header lists its KEYS,
-// ARGV (with units) and reply.
+// the shared prelude lua/common.lua and the preludes it alone needs. Each
+// file's header lists its KEYS, ARGV (with units) and reply.
 //
 //go:embed lua/*.lua
 var luaFS embed.FS
 
-// script is one assembled script: the prelude and an algorithm's file.
+// preludes are the files an algorithm's script needs between common.lua
+// and its own. Lua defines a script's functions anew on every call, so a
+// script carries only those it uses.
+var preludes = map[string][]string{
+	"sliding_window": {"lists"},
+	"sliding_log":    {"lists"},
+	"gcra":           {"compact"},
+	"fixed_window":   {"compact"},
+}
+
+// script is one assembled script: the preludes and an algorithm's file.
 type script struct {
 	name string // the algorithm's file, for errors
 	src  string
@@ -24,17 +34,19 @@ type script struct {
 }
 
 func loadScript(name string) *script {
-	common, err := luaFS.ReadFile("lua/common.lua")
-	if err != nil {
-		panic(err) // embedded at build time
+	var src []byte
+	for _, part := range append(append([]string{"common"}, preludes[name]...), name) {
+		b, err := luaFS.ReadFile("lua/" + part + ".lua")
+		if err != nil {
+			panic(err) // embedded at build time
+		}
+		if len(src) > 0 {
+			src = append(src, '\n')
+		}
+		src = append(src, b...)
 	}
-	body, err := luaFS.ReadFile("lua/" + name + ".lua")
-	if err != nil {
-		panic(err)
-	}
-	src := string(common) + "\n" + string(body)
-	sum := sha1.Sum([]byte(src))
-	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+	sum := sha1.Sum(src)
+	return &script{name: name, src: string(src), sha: hex.EncodeToString(sum[:])}
 }
 
 // scripts holds the script of every algorithm, by floodgate.Algorithm.

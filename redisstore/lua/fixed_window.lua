@@ -2,8 +2,8 @@
 -- internal/algo/fixedwindow.go.
 --
 -- KEYS[2]  the state: the window's start, the count and t_last (µs), in
---          the smallest form that holds them (see "Compact states" in
---          common.lua), so that an int-encoded value is the common case:
+--          the smallest form that holds them (see compact.lua), so that
+--          an int-encoded value is the common case:
 --            "-<t_last><count>"  the window opened at t_last (align first,
 --                                or epoch on a window boundary), count ≤ 999
 --            "<t_last><count>"   the window is the epoch window holding
@@ -38,7 +38,7 @@ local function state(start, count, tlast, w)
     if start == tlast then return intstate(true, tlast, count) end
     if start == tlast - tlast % w then return intstate(false, tlast, count) end
   end
-  return pack7(start) .. pack7(count) .. pack7(tlast)
+  return pack(start, count, tlast)
 end
 
 local function decide(now, n, peek, cd, a, min_ttl)

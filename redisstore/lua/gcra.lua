@@ -5,8 +5,7 @@
 -- µs); products that may pass 2^53 go through muldivmod.
 --
 -- KEYS[2]  the state: TAT, FRAC, t_last (µs) and the rate's count, in the
---          smallest form that holds them (see "Compact states" in
---          common.lua):
+--          smallest form that holds them (see compact.lua):
 --            "<t_last><n>"  the add at t_last found no live state and
 --                           recorded n ≤ 999, so TAT + FRAC/count is
 --                           t_last + n·T (an int-encoded value)
@@ -108,7 +107,7 @@ local function decide(now, n, peek, cd, a, min_ttl)
     if fresh and n <= 999 then
       v = intstate(false, now, n)
     else
-      v = pack7(tq) .. pack7(tr) .. pack7(now) .. pack7(count)
+      v = pack(tq, tr, now, count)
     end
     redis.call('SET', key, v, 'PX', ttl_ms(expires, now, min_ttl))
   end

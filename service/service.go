@@ -320,7 +320,7 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 		cancel()
 		took := time.Since(start)
 		for j, i := range todo {
-			out[i] = s.settle(ctx, st, reqs[i], results[j].Decision, results[j].Err, took)
+			out[i] = s.settle(ctx, st, reqs[i], results[j].Decision, results[j].Err, now, took)
 		}
 	default:
 		for _, i := range todo {
@@ -334,7 +334,7 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 				d, err = s.store.Take(cctx, reqs[i])
 			}
 			cancel()
-			out[i] = s.settle(ctx, st, reqs[i], d, err, time.Since(start))
+			out[i] = s.settle(ctx, st, reqs[i], d, err, now, time.Since(start))
 		}
 	}
 	return out
@@ -343,8 +343,12 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 var errBreakerOpen = errors.New("service: store failing, not tried (circuit open)")
 
 // settle takes a store's answer: it records the call, feeds the breaker and
-// the over-limit cache, and applies the failure policy to an error.
-func (s *Service) settle(ctx context.Context, st *state, req floodgate.Request, d floodgate.Decision, err error, took time.Duration) floodgate.Decision {
+// the over-limit cache, and applies the failure policy to an error. asked
+// is the service's clock before the call: the store decided at or after
+// it, so a window's end counted from asked is never later than the
+// store's (counted from the answer, a slow call would let the cache deny
+// past the window's end).
+func (s *Service) settle(ctx context.Context, st *state, req floodgate.Request, d floodgate.Decision, err error, asked time.Time, took time.Duration) floodgate.Decision {
 	op := "take"
 	if req.Peek {
 		op = "peek"
@@ -356,7 +360,7 @@ func (s *Service) settle(ctx context.Context, st *state, req floodgate.Request, 
 	}
 	s.breaker.success()
 	if !req.Peek && !d.Allowed && st.cfg.Store.OverLimitCache {
-		s.cache.put(req.Policy, req.Key, d, s.clock.Now())
+		s.cache.put(req.Policy, req.Key, d, asked)
 	}
 	return d
 }

@@ -48,6 +48,9 @@ type flakyStore struct {
 	floodgate.Store
 	calls   atomic.Int64
 	failing atomic.Bool
+	// after, when set, runs once a call has been decided: a round trip's
+	// second half, during which the service's clock moves on.
+	after func()
 }
 
 var errDown = fmt.Errorf("%w: test store down", floodgate.ErrUnavailable)
@@ -57,7 +60,11 @@ func (s *flakyStore) Take(ctx context.Context, req floodgate.Request) (floodgate
 	if s.failing.Load() {
 		return floodgate.Decision{}, errDown
 	}
-	return s.Store.Take(ctx, req)
+	d, err := s.Store.Take(ctx, req)
+	if s.after != nil {
+		s.after()
+	}
+	return d, err
 }
 
 // batchStore makes a flakyStore a BatchStore, so that the service puts its
@@ -811,6 +818,33 @@ store: {over_limit_cache: false}
 // failure.mode, as docs/operations.md says: open allows, closed denies
 // with failure.retry_after, fallback decides on the fallback store; every
 // such decision says Degraded, and the store is asked again once it works.
+// TestOverLimitCacheSlowStore: the store decides at the start of a call
+// that takes 40 ms to come back. The cache must count the window's end
+// from the decision, not from the answer: a request at the window's end
+// goes to the store and is admitted.
+func TestOverLimitCacheSlowStore(t *testing.T) {
+	r := newRig(t, false, `
+policies:
+  fw: "fixed_window 1/1s"
+`)
+	r.clock.Set(epoch.Truncate(time.Second).Add(time.Second)) // a window's start
+	start := r.clock.Now()
+	r.store.after = func() { r.clock.Advance(40 * time.Millisecond) }
+	if d := one(t, r.svc, "fw", "k"); !d.Allowed {
+		t.Fatalf("first: %v", d)
+	}
+	if d := one(t, r.svc, "fw", "k"); d.Allowed {
+		t.Fatalf("second: %v; want denied", d)
+	}
+	r.store.after = nil
+	r.clock.Set(start.Add(time.Second)) // the next window
+	calls := r.store.calls.Load()
+	if d := one(t, r.svc, "fw", "k"); !d.Allowed {
+		t.Fatalf("at the next window: %v; want allowed (the cache must not outlive the window)", d)
+	}
+	wantCalls(t, r.store, calls+1, "at the next window")
+}
+
 func TestFailureModes(t *testing.T) {
 	for _, mode := range []string{"open", "closed", "fallback"} {
 		t.Run(mode, func(t *testing.T) {

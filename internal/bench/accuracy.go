@@ -306,6 +306,9 @@ func (l *ledger) accuracy() *Accuracy {
 		}
 		a.Keys++
 		bound := Bound(l.policy, l.cost, kl.first, kl.last)
+		// No exact limiter admits more than the bound: an under-admission
+		// that would lift the ideal above it is the twins' misjudgement.
+		under = max(0, min(under, bound-(kl.admitted-over)))
 		a.Admitted += kl.admitted
 		a.Ideal += kl.admitted - over + under
 		a.Bound = addSat(a.Bound, bound)

@@ -100,6 +100,9 @@ func TestExactStoreScoresOne(t *testing.T) {
 				if a.Over() {
 					t.Fatalf("accuracy %+v: over-admission reported for an exact store", a)
 				}
+				if a.Ideal > a.Bound {
+					t.Fatalf("accuracy %+v: an ideal above the bound", a)
+				}
 				// The twins are exact for keys with one request in flight
 				// at a time, but for the algorithms whose state is anchored
 				// at the request that created it (package documentation,

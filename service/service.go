@@ -72,6 +72,10 @@ type Service struct {
 	log      *slog.Logger
 	clock    floodgate.Clock
 
+	// failLog and fallbackLog keep a failing store from writing a log
+	// line per request.
+	failLog, fallbackLog logThrottle
+
 	state   atomic.Pointer[state]
 	cache   *overLimitCache
 	breaker breaker
@@ -368,7 +372,10 @@ func (s *Service) settle(ctx context.Context, st *state, req floodgate.Request, 
 // degrade decides a request the store could not, by the failure policy.
 func (s *Service) degrade(ctx context.Context, st *state, req floodgate.Request, cause error) floodgate.Decision {
 	f := st.cfg.Failure
-	s.log.Warn("store failed; failure policy decides", "policy", req.Policy.Name, "mode", f.Mode, "error", cause)
+	if ok, held := s.failLog.allow(s.clock.Now()); ok {
+		// One line a second at most: "suppressed" counts those held back.
+		s.log.Warn("store failed; failure policy decides", "policy", req.Policy.Name, "mode", f.Mode, "error", cause, "suppressed", held)
+	}
 	switch f.Mode {
 	case "closed":
 		return floodgate.Decision{Allowed: false, Degraded: true, Limit: quota(req.Policy), RetryAfter: f.RetryAfter}
@@ -380,7 +387,9 @@ func (s *Service) degrade(ctx context.Context, st *state, req floodgate.Request,
 			d.Degraded = true
 			return d
 		}
-		s.log.Error("fallback store failed too; failing open", "policy", req.Policy.Name, "error", err)
+		if ok, held := s.fallbackLog.allow(s.clock.Now()); ok {
+			s.log.Error("fallback store failed too; failing open", "policy", req.Policy.Name, "error", err, "suppressed", held)
+		}
 	}
 	return floodgate.Decision{Allowed: true, Degraded: true, Limit: quota(req.Policy)}
 }

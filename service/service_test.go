@@ -8,6 +8,7 @@ package service_test
 // tests use the server's clock with windows far longer than the test.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -843,6 +844,42 @@ policies:
 		t.Fatalf("at the next window: %v; want allowed (the cache must not outlive the window)", d)
 	}
 	wantCalls(t, r.store, calls+1, "at the next window")
+}
+
+// TestFailureLogsThrottled: a store failing every request writes one log
+// line a second, and the next line says how many it held back.
+func TestFailureLogsThrottled(t *testing.T) {
+	var buf bytes.Buffer
+	clock := floodgatetest.NewManualClock(epoch)
+	store := &flakyStore{Store: newMem(t, clock)}
+	store.failing.Store(true)
+	svc, err := service.New(mustParse(t, `
+policies:
+  fw: "fixed_window 5/1m"
+store: {over_limit_cache: false}
+`), service.Options{Store: store, Clock: clock, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := func() []string { return strings.Split(strings.TrimSpace(buf.String()), "\n") }
+	for range 100 {
+		if d := one(t, svc, "fw", "k"); !d.Allowed || !d.Degraded {
+			t.Fatalf("fail-open: %v", d)
+		}
+	}
+	if got := lines(); len(got) != 1 || !strings.Contains(got[0], "store failed") || !strings.Contains(got[0], "suppressed=0") {
+		t.Fatalf("after 100 failures in one instant, the log has %d lines: %q; want one", len(got), got)
+	}
+	clock.Advance(999 * time.Millisecond)
+	one(t, svc, "fw", "k")
+	if got := lines(); len(got) != 1 {
+		t.Fatalf("within the second: %d lines, want 1", len(got))
+	}
+	clock.Advance(time.Millisecond)
+	one(t, svc, "fw", "k")
+	if got := lines(); len(got) != 2 || !strings.Contains(got[1], "suppressed=100") {
+		t.Fatalf("a second later: %q; want a second line with suppressed=100", got)
+	}
 }
 
 func TestFailureModes(t *testing.T) {

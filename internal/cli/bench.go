@@ -59,8 +59,9 @@ type benchFlags struct {
 
 const benchAbout = `Sends load to a rate limiter and reports decisions/s, latency (p50 to
 p99.9 and max) and accuracy: the cost admitted against what an exact
-limiter admits under SPEC.md for the same requests. Over-admission is
-reported loudly, with exit status 4.
+limiter admits under SPEC.md for the same requests. Admitting more than
+SPEC.md allows whatever the requests' timing (the bound) is reported
+loudly, with exit status 4.
 
 Targets:
   redis  straight to Redis through the Redis store (--host, --port, --user,
@@ -82,7 +83,7 @@ the manual, with the accuracy formula of every algorithm and the --json
 schema.
 
 Exit status: 0 done, 1 error (or every request failed), 2 usage error,
-4 over-admission.`
+4 over-admission beyond the bound.`
 
 func (e *environ) bench(args []string) int {
 	var f benchFlags

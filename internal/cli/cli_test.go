@@ -3,7 +3,10 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -59,7 +62,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"help"}, []string{"serve", "check", "allow", "peek", "reset", "keys", "version"}},
 		{[]string{"--help"}, []string{"Usage:"}},
 		{[]string{"serve", "--help"}, []string{"--config", "--http", "--grpc", "--redis", "--redis-cluster", "--redis-sentinel",
-			"--log-format", "--watch", "--drain", cli.EnvConfig, cli.EnvRedisPassword, cli.EnvAdminToken, cli.EnvKeySecret}},
+			"--log-format", "--watch", "--drain", "--dashboard", "/dashboard", "(default true)", cli.EnvConfig, cli.EnvRedisPassword, cli.EnvAdminToken, cli.EnvKeySecret}},
 		{[]string{"help", "serve"}, []string{"--redis-sentinel"}},
 		{[]string{"check", "--help"}, []string{"--config", "file:line"}},
 		{[]string{"allow", "--help"}, []string{"--url", "--cost", "3 when denied", cli.EnvURL}},
@@ -95,6 +98,7 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"serve", "extra"}, 1, `serve takes no arguments, found "extra"`},
 		{nil, []string{"serve", "--log-level", "loud"}, 1, `--log-level "loud": want debug, info, warn or error`},
 		{nil, []string{"serve", "--log-format", "xml"}, 1, `--log-format "xml": want text or json`},
+		{nil, []string{"serve", "--dashboard=maybe"}, 2, `invalid boolean value "maybe" for -dashboard`},
 		{nil, []string{"serve", "--redis", "localhost:6379", "--redis-cluster", "a:1"}, 1, "give one of --redis, --redis-cluster and --redis-sentinel"},
 		{map[string]string{cli.EnvRedisCluster: "a:1"}, []string{"serve", "--redis", "redis://x:1"}, 1, "give one of"},
 		{nil, []string{"serve", "--redis", "http://localhost:6379"}, 1, "--redis"},
@@ -286,5 +290,45 @@ func TestAddressPrecedence(t *testing.T) {
 	code, _, stderr := run(t, map[string]string{cli.EnvHTTP: "127.0.0.1:0"}, "serve", "--config", path, "--http", busy)
 	if code != 1 || !strings.Contains(stderr, "HTTP: ") || !strings.Contains(stderr, "choose another address with --http or "+cli.EnvHTTP) {
 		t.Errorf("serve on an address in use: exit %d, %q", code, stderr)
+	}
+}
+
+// TestServeDashboard: serve has the dashboard and its stats by default,
+// with the binary's version; --dashboard=false leaves the page out and
+// keeps /v1/stats.
+func TestServeDashboard(t *testing.T) {
+	fetch := func(url string) (int, string, string) {
+		t.Helper()
+		res, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header.Get("Content-Type"), string(body)
+	}
+	on := "http://" + serving(t, nil)
+	if code, ctype, body := fetch(on + "/dashboard"); code != 200 || ctype != "text/html; charset=utf-8" || !strings.Contains(body, "dashboard/app.js") {
+		t.Errorf("GET /dashboard: %d %q\n%.200s", code, ctype, body)
+	}
+	code, _, body := fetch(on + "/v1/stats")
+	var stats struct {
+		Version  string
+		Store    struct{ Type string }
+		Policies []struct{ Name string }
+	}
+	if err := json.Unmarshal([]byte(body), &stats); code != 200 || err != nil {
+		t.Fatalf("GET /v1/stats: %d %v\n%s", code, err, body)
+	}
+	if stats.Version != cli.Version() || stats.Store.Type != "memory" || len(stats.Policies) == 0 || stats.Policies[0].Name != "api" {
+		t.Errorf("GET /v1/stats: %s", body)
+	}
+
+	off := "http://" + serving(t, nil, "--dashboard=false")
+	if code, _, body := fetch(off + "/dashboard"); code != 404 {
+		t.Errorf("GET /dashboard with --dashboard=false: %d %s", code, body)
+	}
+	if code, _, _ := fetch(off + "/v1/stats"); code != 200 {
+		t.Errorf("GET /v1/stats with --dashboard=false: %d", code)
 	}
 }

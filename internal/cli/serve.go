@@ -43,6 +43,7 @@ type serveFlags struct {
 	logFormat, logLevel                                       string
 	watch                                                     time.Duration
 	drain                                                     time.Duration
+	dashboard                                                 bool
 }
 
 func (e *environ) serve(args []string) int {
@@ -70,6 +71,7 @@ func (e *environ) serve(args []string) int {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.watch, "watch", 2*time.Second, "how often to look for changed configuration files (0: only on SIGHUP)")
 	fs.DurationVar(&f.drain, "drain", 15*time.Second, "how long SIGTERM waits for requests in flight")
+	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the live dashboard at /dashboard on the HTTP listener (--dashboard=false: leave it out)")
 	if code := e.parse(fs, args); code >= 0 {
 		return code
 	}
@@ -279,6 +281,9 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnvoyJSON:  envoyrls.JSONHandler(svc, cfg.Limits.MaxBodyBytes),
 		Logger:     log,
+		Gatherer:   reg,
+		Version:    Version(),
+		Dashboard:  f.dashboard,
 	})
 	httpSrv := &http.Server{
 		Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
@@ -327,6 +332,9 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 			// escape the quotes.
 			fmt.Fprintf(e.stderr, "try it: %s\n", try)
 		}
+	}
+	if f.dashboard {
+		log.Info("dashboard", "url", fmt.Sprintf("http://%s/dashboard", httpLn.Addr()))
 	}
 
 	ctx, stop := context.WithCancel(e.ctx)

@@ -23,7 +23,9 @@ type Metrics struct {
 	storeTime  *prometheus.HistogramVec
 	storeErrs  *prometheus.CounterVec
 	reloads    *prometheus.CounterVec
-	lastReload prometheus.Gauge
+	lastReload prometheus.Gauge // when the configuration in force was applied
+	lastTry    prometheus.Gauge // when the last reload was tried, applied or not
+	lastOK     prometheus.Gauge // 1 if the last reload was applied, else 0
 }
 
 // New registers floodgate's metrics on reg and returns their observer. It
@@ -63,13 +65,24 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "floodgate_config_last_reload_success_timestamp_seconds",
 			Help: "When the configuration in force was applied, as a Unix time.",
 		}),
+		lastTry: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_config_last_reload_timestamp_seconds",
+			Help: "When the configuration was last loaded or reloaded, applied or rejected, as a Unix time.",
+		}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_config_last_reload_successful",
+			Help: "Whether the last configuration reload was applied (1) or rejected (0).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads, m.lastReload} {
+	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads, m.lastReload, m.lastTry, m.lastOK} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
-	m.lastReload.SetToCurrentTime()
+	now := unixNow()
+	m.lastReload.Set(now)
+	m.lastTry.Set(now)
+	m.lastOK.Set(1)
 	return m, nil
 }
 
@@ -109,10 +122,18 @@ func (m *Metrics) OverLimitCacheHit(policy string) { m.cacheHits.WithLabelValues
 
 // Reload counts a configuration reload.
 func (m *Metrics) Reload(ok bool) {
+	now := unixNow()
+	m.lastTry.Set(now)
 	if ok {
 		m.reloads.WithLabelValues("applied").Inc()
-		m.lastReload.SetToCurrentTime()
+		m.lastReload.Set(now)
+		m.lastOK.Set(1)
 		return
 	}
 	m.reloads.WithLabelValues("rejected").Inc()
+	m.lastOK.Set(0)
 }
+
+// unixNow is the time as SetToCurrentTime gives it, read once for gauges
+// that must agree.
+func unixNow() float64 { return float64(time.Now().UnixNano()) / 1e9 }

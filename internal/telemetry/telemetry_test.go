@@ -88,3 +88,44 @@ floodgate_config_reloads_total{result="rejected"} 1
 		t.Error("New on a registry that already has floodgate's metrics succeeded")
 	}
 }
+
+// TestLastReload: the last reload's outcome and time, whichever it was,
+// beside the time of the configuration in force.
+func TestLastReload(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := telemetry.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauge := func(name string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no gauge %s", name)
+		return 0
+	}
+	const ok, tried, applied = "floodgate_config_last_reload_successful",
+		"floodgate_config_last_reload_timestamp_seconds", "floodgate_config_last_reload_success_timestamp_seconds"
+	start := gauge(applied)
+	if gauge(ok) != 1 || gauge(tried) != start || start < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("at start: successful %v, tried %v, applied %v", gauge(ok), gauge(tried), start)
+	}
+	time.Sleep(20 * time.Millisecond) // the gauges have sub-second precision
+	m.Reload(false)
+	if gauge(ok) != 0 || gauge(tried) <= start || gauge(applied) != start {
+		t.Errorf("after a rejected reload: successful %v, tried %v, applied %v (start %v)", gauge(ok), gauge(tried), gauge(applied), start)
+	}
+	rejected := gauge(tried)
+	time.Sleep(20 * time.Millisecond)
+	m.Reload(true)
+	if gauge(ok) != 1 || gauge(applied) <= start || gauge(tried) <= rejected || gauge(tried) != gauge(applied) {
+		t.Errorf("after an applied reload: successful %v, tried %v, applied %v", gauge(ok), gauge(tried), gauge(applied))
+	}
+}

@@ -5,6 +5,8 @@
 //	POST /v1/reset     forget a key (admin)
 //	GET  /v1/policies  the named policies and Envoy domains
 //	GET  /v1/keys      a tracked policy's top keys (admin)
+//	GET  /v1/stats     counters and state for the dashboard (when a Gatherer is given)
+//	GET  /dashboard    a live dashboard page over /v1/stats (when enabled)
 //	POST /json         envoyproxy/ratelimit's JSON form of the RLS request (when given)
 //	GET  /healthz      the process is up
 //	GET  /readyz       a configuration is loaded and the store answers
@@ -31,6 +33,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/httplimit"
 	"github.com/floodgatehq/floodgate/service"
@@ -48,11 +52,19 @@ type Options struct {
 	// Logger receives request errors worth an operator's eye; nil means
 	// slog.Default(). Keys are never logged.
 	Logger *slog.Logger
+	// Gatherer is the registry internal/telemetry's metrics are on;
+	// /v1/stats reads them from it. nil leaves /v1/stats out.
+	Gatherer prometheus.Gatherer
+	// Version is the service's version, as /v1/stats reports it.
+	Version string
+	// Dashboard serves the dashboard page at /dashboard. It reads
+	// /v1/stats, so it is left out without a Gatherer.
+	Dashboard bool
 }
 
 // Handler returns the API's handler.
 func Handler(svc *service.Service, o Options) http.Handler {
-	a := &api{svc: svc, o: o, log: o.Logger}
+	a := &api{svc: svc, o: o, log: o.Logger, started: time.Now()}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -62,6 +74,13 @@ func Handler(svc *service.Service, o Options) http.Handler {
 	mux.HandleFunc("/v1/reset", a.method(http.MethodPost, a.admin(a.reset)))
 	mux.HandleFunc("/v1/policies", a.method(http.MethodGet, a.policies))
 	mux.HandleFunc("/v1/keys", a.method(http.MethodGet, a.admin(a.keys)))
+	if o.Gatherer != nil {
+		mux.HandleFunc("/v1/stats", a.method(http.MethodGet, a.stats))
+		if o.Dashboard {
+			mux.HandleFunc("/dashboard", a.method(http.MethodGet, a.dashboard))
+			mux.HandleFunc("/dashboard/", a.method(http.MethodGet, a.dashboard))
+		}
+	}
 	if o.EnvoyJSON != nil {
 		mux.Handle("/json", o.EnvoyJSON)
 	}
@@ -79,9 +98,10 @@ func Handler(svc *service.Service, o Options) http.Handler {
 }
 
 type api struct {
-	svc *service.Service
-	o   Options
-	log *slog.Logger
+	svc     *service.Service
+	o       Options
+	log     *slog.Logger
+	started time.Time // for the uptime /v1/stats reports
 }
 
 // method answers 405 to other methods.

@@ -51,7 +51,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		storeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_store_duration_seconds",
 			Help:    "Latency of store calls, by operation (take, peek, reset).",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+			Buckets: []float64{.000002, .000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"op"}),
 		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_store_errors_total",

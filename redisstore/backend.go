@@ -19,9 +19,10 @@ type backend interface {
 	eval(ctx context.Context, src string, keys []string, args []any) (any, error)
 	// loadScript loads src on every master (and replica) of the client.
 	loadScript(ctx context.Context, src string) error
-	// evalShaBatch runs calls in one round trip per node, filling each
-	// call's reply and err.
-	evalShaBatch(ctx context.Context, calls []*call)
+	// evalBatch runs calls in one round trip per node, filling each
+	// call's reply and err: by SHA, or by source for a call with source
+	// set.
+	evalBatch(ctx context.Context, calls []*call)
 	// del deletes keys, which share one hash slot.
 	del(ctx context.Context, keys ...string) error
 	// time returns the server's clock in µs (of one master).
@@ -37,12 +38,13 @@ type backend interface {
 
 // call is one script call of a batch.
 type call struct {
-	sha   string
-	src   string
-	keys  []string
-	args  []any
-	reply any
-	err   error
+	sha    string
+	src    string
+	source bool // send src (EVAL) rather than sha (EVALSHA)
+	keys   []string
+	args   []any
+	reply  any
+	err    error
 }
 
 // goRedis adapts a go-redis v9 UniversalClient: a *redis.Client (also what
@@ -64,11 +66,15 @@ func (g goRedis) loadScript(ctx context.Context, src string) error {
 	return g.c.ScriptLoad(ctx, src).Err()
 }
 
-func (g goRedis) evalShaBatch(ctx context.Context, calls []*call) {
+func (g goRedis) evalBatch(ctx context.Context, calls []*call) {
 	pipe := g.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
+		if c.source {
+			cmds[i] = pipe.Eval(ctx, c.src, c.keys, c.args...)
+		} else {
+			cmds[i] = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 	for i, c := range calls {

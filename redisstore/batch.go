@@ -7,10 +7,11 @@ import (
 )
 
 // TakeBatch decides many requests in one pipelined round trip per node
-// (see floodgate.BatchStore). Scripts the node does not have (NOSCRIPT: not
-// run) are loaded and those requests alone sent again; a request whose
-// outcome is unknown (a connection error mid-pipeline) gets an error and is
-// never sent twice.
+// (see floodgate.BatchStore). Requests whose script the node did not have
+// (NOSCRIPT: not run) are sent again, those alone, with the script's
+// source (EVAL, which also loads it), so that a SCRIPT FLUSH between the
+// two round trips cannot fail them; a request whose outcome is unknown (a
+// connection error mid-pipeline) gets an error and is never sent twice.
 func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []floodgate.BatchResult) {
 	if len(out) < len(reqs) {
 		panic("redisstore: TakeBatch: out is shorter than reqs")
@@ -45,28 +46,18 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []f
 	if len(calls) == 0 {
 		return
 	}
-	s.b.evalShaBatch(ctx, calls)
+	s.b.evalBatch(ctx, calls)
 
-	// Load what was missing, then send exactly those calls again.
+	// Send exactly the calls that did not run again, with the source.
 	var retry []*call
-	loaded := map[string]error{}
 	for _, c := range calls {
-		if !isNoScript(c.err) {
-			continue
+		if isNoScript(c.err) {
+			c.source = true
+			retry = append(retry, c)
 		}
-		err, done := loaded[c.sha]
-		if !done {
-			err = s.b.loadScript(ctx, c.src)
-			loaded[c.sha] = err
-		}
-		if err != nil {
-			c.err = err
-			continue
-		}
-		retry = append(retry, c)
 	}
 	if len(retry) > 0 {
-		s.b.evalShaBatch(ctx, retry)
+		s.b.evalBatch(ctx, retry)
 	}
 	for j, c := range calls {
 		i := index[j]

@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"container/heap"
+	"fmt"
 	"slices"
 )
 
@@ -12,6 +13,19 @@ type UsageTop struct {
 	by    UsageOrder
 	n     int
 	items []KeyUsage // a heap with the last in order on top
+}
+
+// CheckUsageQuery returns an error naming the argument when by is not a
+// UsageOrder or limit is below 1: the checks every UsageLister's TopKeys
+// makes before it looks at any key.
+func CheckUsageQuery(by UsageOrder, limit int) error {
+	if by < ByRequests || by > ByLastSeen {
+		return fmt.Errorf("TopKeys: sort order %d: must be ByRequests, ByDenied or ByLastSeen", by)
+	}
+	if limit < 1 {
+		return fmt.Errorf("TopKeys: limit %d: must be ≥ 1", limit)
+	}
+	return nil
 }
 
 // NewUsageTop returns a UsageTop keeping n ≥ 1 usages in order by.

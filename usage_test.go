@@ -12,6 +12,26 @@ import (
 
 // TestUsageTop: the top n of random usages equal the first n of all of
 // them sorted, for every order.
+func TestCheckUsageQuery(t *testing.T) {
+	for _, c := range []struct {
+		by    floodgate.UsageOrder
+		limit int
+		want  string // "" for no error
+	}{
+		{floodgate.ByRequests, 1, ""},
+		{floodgate.ByLastSeen, 100, ""},
+		{0, 10, "TopKeys: sort order 0: must be ByRequests, ByDenied or ByLastSeen"},
+		{floodgate.ByLastSeen + 1, 10, "TopKeys: sort order 4: must be ByRequests, ByDenied or ByLastSeen"},
+		{floodgate.ByDenied, 0, "TopKeys: limit 0: must be ≥ 1"},
+		{floodgate.ByDenied, -3, "TopKeys: limit -3: must be ≥ 1"},
+	} {
+		err := floodgate.CheckUsageQuery(c.by, c.limit)
+		if got := fmt.Sprint(err); c.want == "" && err != nil || c.want != "" && got != c.want {
+			t.Errorf("CheckUsageQuery(%d, %d) = %v, want %q", c.by, c.limit, err, c.want)
+		}
+	}
+}
+
 func TestUsageTop(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var all []floodgate.KeyUsage

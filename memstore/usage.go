@@ -16,11 +16,8 @@ func (s *Store) TopKeys(ctx context.Context, policy string, by floodgate.UsageOr
 	if s.closed.Load() {
 		return nil, floodgate.ErrClosed
 	}
-	if by < floodgate.ByRequests || by > floodgate.ByLastSeen {
-		return nil, fmt.Errorf("memstore: TopKeys: sort order %d: must be ByRequests, ByDenied or ByLastSeen", by)
-	}
-	if limit < 1 {
-		return nil, fmt.Errorf("memstore: TopKeys: limit %d: must be ≥ 1", limit)
+	if err := floodgate.CheckUsageQuery(by, limit); err != nil {
+		return nil, fmt.Errorf("memstore: %w", err)
 	}
 	top := floodgate.NewUsageTop(by, limit)
 	for i := range s.shards {

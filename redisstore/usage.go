@@ -20,11 +20,8 @@ func (s *Store) TopKeys(ctx context.Context, policy string, by floodgate.UsageOr
 	if s.closed.Load() {
 		return nil, floodgate.ErrClosed
 	}
-	if by < floodgate.ByRequests || by > floodgate.ByLastSeen {
-		return nil, fmt.Errorf("redisstore: TopKeys: sort order %d: must be ByRequests, ByDenied or ByLastSeen", by)
-	}
-	if limit < 1 {
-		return nil, fmt.Errorf("redisstore: TopKeys: limit %d: must be ≥ 1", limit)
+	if err := floodgate.CheckUsageQuery(by, limit); err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	probe := floodgate.Policy{Name: policy, Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1), Burst: 1}
 	if err := probe.Validate(); err != nil {

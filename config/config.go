@@ -687,13 +687,14 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 func CheckRedisURL(u string) error {
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok || (scheme != "redis" && scheme != "rediss") || rest == "" || strings.HasPrefix(rest, "/") {
-		return fmt.Errorf("want redis://[user:password@]host:port[/db] or rediss:// for TLS, found %q", redactURL(u))
+		return fmt.Errorf("want redis://[user:password@]host:port[/db] or rediss:// for TLS, found %q", RedactURL(u))
 	}
 	return nil
 }
 
-// redactURL hides a URL's password.
-func redactURL(u string) string {
+// RedactURL returns u with its password, if any, replaced by ***, for
+// messages and listings.
+func RedactURL(u string) string {
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok {
 		return u

@@ -914,3 +914,26 @@ func TestLoadDirectory(t *testing.T) {
 		t.Errorf("Load of a missing path: %v", err)
 	}
 }
+
+func TestWildcardMatch(t *testing.T) {
+	for _, c := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"path_/foo", "path_/foo", true},
+		{"path_/foo", "path_/foo/", false},
+		{"path_/foo*", "path_/foo", true},
+		{"path_/foo*", "path_/foo/bar", true},
+		{"path_/foo*", "path_/fo", false},
+		{"path_*/bar", "path_/x/bar", true},
+		{"path_*/bar", "path_/x/baz", false},
+		{"path_/a*b*c", "path_/abc", true},
+		{"path_/a*b*c", "path_/a-c-b", false},
+		{"path_/a*b*c", "path_/axbyc", true},
+		{"*", "", true},
+	} {
+		if got := WildcardMatch(c.pattern, c.s); got != c.want {
+			t.Errorf("WildcardMatch(%q, %q) = %v, want %v", c.pattern, c.s, got, c.want)
+		}
+	}
+}

@@ -292,3 +292,27 @@ func composite(d *Descriptor) string {
 	}
 	return d.Key + "_" + d.Value
 }
+
+// WildcardMatch reports whether s, a descriptor's "key_value", matches
+// pattern, a rule's composite with wildcards: each * stands for any run of
+// characters, the empty one included. It is the service's matching, for
+// the tools that must predict it.
+func WildcardMatch(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, mid := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, mid)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(mid):]
+	}
+	return strings.HasSuffix(s, last)
+}

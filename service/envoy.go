@@ -277,7 +277,7 @@ func (d *domain) match(entries []Entry) (*rule, []string) {
 		next := cur.children[fk]
 		if next == nil {
 			for _, w := range cur.wildcards {
-				if wildcardMatch(w.composite, fk) {
+				if config.WildcardMatch(w.composite, fk) {
 					next = w
 					if w.share {
 						values[i] = w.value
@@ -298,28 +298,6 @@ func (d *domain) match(entries []Entry) (*rule, []string) {
 		cur = next
 	}
 	return found, values
-}
-
-// wildcardMatch matches s against pattern, where each * stands for any run
-// of characters (empty included).
-func wildcardMatch(pattern, s string) bool {
-	parts := strings.Split(pattern, "*")
-	if len(parts) == 1 {
-		return pattern == s
-	}
-	if !strings.HasPrefix(s, parts[0]) {
-		return false
-	}
-	s = s[len(parts[0]):]
-	last := parts[len(parts)-1]
-	for _, mid := range parts[1 : len(parts)-1] {
-		i := strings.Index(s, mid)
-		if i < 0 {
-			return false
-		}
-		s = s[i+len(mid):]
-	}
-	return strings.HasSuffix(s, last)
 }
 
 // override returns the rule of a request's limit override, one per unit

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/redisstore"
 )
 
@@ -461,7 +462,7 @@ func (s *Service) Rule(domain string, entries []Entry) (*ServiceRule, error) {
 			}
 			sort.Strings(wild)
 			for _, n := range wild {
-				if wildcardMatch(n[len(cur)+1:], composite) {
+				if config.WildcardMatch(n[len(cur)+1:], composite) {
 					next = n
 					break
 				}
@@ -489,25 +490,4 @@ func (s *Service) Rule(domain string, entries []Entry) (*ServiceRule, error) {
 		es = append(es, e.String())
 	}
 	return nil, fmt.Errorf("no rule of domain %s matches the descriptor %s; its rules: %s", domain, strings.Join(es, ","), listOrNone(paths))
-}
-
-// wildcardMatch matches s against pattern, where each * stands for any
-// run of characters, as the service matches descriptor values.
-func wildcardMatch(pattern, s string) bool {
-	parts := strings.Split(pattern, "*")
-	if len(parts) == 1 {
-		return pattern == s
-	}
-	if !strings.HasPrefix(s, parts[0]) {
-		return false
-	}
-	s = s[len(parts[0]):]
-	for _, mid := range parts[1 : len(parts)-1] {
-		i := strings.Index(s, mid)
-		if i < 0 {
-			return false
-		}
-		s = s[i+len(mid):]
-	}
-	return strings.HasSuffix(s, parts[len(parts)-1])
 }

@@ -50,7 +50,7 @@ func (e *environ) check(args []string) int {
 	fmt.Fprintf(w, "store: %s", cfg.Store.Type)
 	switch cfg.Store.Type {
 	case "redis":
-		fmt.Fprintf(w, " (%s)", redactURL(cfg.Store.URL))
+		fmt.Fprintf(w, " (%s)", config.RedactURL(cfg.Store.URL))
 	case "redis-cluster":
 		fmt.Fprintf(w, " (%s)", strings.Join(cfg.Store.Addrs, ","))
 	case "redis-sentinel":
@@ -109,18 +109,4 @@ func printRules(w *tabwriter.Writer, ds []*config.Descriptor, indent string) {
 		fmt.Fprintf(w, "%s%s\t%s\n", indent, what, limit)
 		printRules(w, d.Descriptors, indent+"  ")
 	}
-}
-
-// redactURL hides a URL's password.
-func redactURL(u string) string {
-	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok {
-		return u
-	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		if user, _, ok := strings.Cut(rest[:at], ":"); ok {
-			return scheme + "://" + user + ":***@" + rest[at+1:]
-		}
-	}
-	return u
 }

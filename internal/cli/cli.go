@@ -148,8 +148,11 @@ func (e *environ) parse(fs *flag.FlagSet, args []string) int {
 	// Flags may come after the arguments (floodgate peek api alice
 	// --cost 2), as users write them; "--" ends the flags.
 	var positional []string
+	fs.SetOutput(io.Discard) // parse errors are reported below, in our words
+	defer fs.SetOutput(e.stderr)
 	for {
 		if err := fs.Parse(args); err != nil {
+			fmt.Fprintf(e.stderr, "%s: %s\nRun \"%s --help\" for its flags.\n", fs.Name(), flagError(fs, err), fs.Name())
 			return 2
 		}
 		rest := fs.Args()
@@ -164,6 +167,50 @@ func (e *environ) parse(fs *flag.FlagSet, args []string) int {
 	}
 	fs.Parse(append([]string{"--"}, positional...))
 	return -1
+}
+
+// flagError restates a flag package error with the two-dash spelling that
+// --help and the documentation use, and for an unknown flag names the
+// closest known one.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		name = strings.TrimLeft(name, "-")
+		msg = "unknown flag --" + name
+		best, bestD := "", 3 // suggest only within 2 edits
+		fs.VisitAll(func(f *flag.Flag) {
+			if d := editDistance(name, f.Name); d < bestD {
+				best, bestD = f.Name, d
+			}
+		})
+		if best != "" {
+			msg += " (did you mean --" + best + "?)"
+		}
+		return msg
+	}
+	// "invalid value "x" for flag -name: ..." and the like.
+	return strings.NewReplacer(" flag -", " flag --", " for -", " for --", "flag needs an argument: -", "flag needs an argument: --").Replace(msg)
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // env returns the first non-empty of the flag value and the variable.

@@ -28,6 +28,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // Config is a loaded, validated configuration. Zero fields mean the
@@ -102,7 +103,7 @@ type Admin struct {
 type Limits struct {
 	MaxBodyBytes   int64 // 0 means 1 MiB
 	MaxBatch       int   // items per /v1/check; 0 means 1000
-	MaxKeyBytes    int   // 0 means floodgate.DefaultMaxKeyLen
+	MaxKeyBytes    int   // 0 means storekit.DefaultMaxKeyLen
 	MaxDescriptors int   // per RLS request; 0 means 64
 }
 
@@ -159,7 +160,7 @@ func (c *Config) withDefaults() {
 		c.Limits.MaxBatch = DefaultMaxBatch
 	}
 	if c.Limits.MaxKeyBytes == 0 {
-		c.Limits.MaxKeyBytes = floodgate.DefaultMaxKeyLen
+		c.Limits.MaxKeyBytes = storekit.DefaultMaxKeyLen
 	}
 	if c.Limits.MaxDescriptors == 0 {
 		c.Limits.MaxDescriptors = DefaultMaxDescriptors

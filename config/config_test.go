@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // src returns a Source; a leading newline in data is dropped, so that
@@ -799,7 +799,7 @@ envoy:
 	if cfg.Failure != (Failure{Mode: "closed", RetryAfter: 2 * time.Second}) || cfg.Admin.Token != "0123456789abcdef" {
 		t.Errorf("failure %+v, admin %+v", cfg.Failure, cfg.Admin)
 	}
-	if cfg.Limits != (Limits{MaxBodyBytes: DefaultMaxBodyBytes, MaxBatch: 10, MaxKeyBytes: floodgate.DefaultMaxKeyLen, MaxDescriptors: DefaultMaxDescriptors}) {
+	if cfg.Limits != (Limits{MaxBodyBytes: DefaultMaxBodyBytes, MaxBatch: 10, MaxKeyBytes: storekit.DefaultMaxKeyLen, MaxDescriptors: DefaultMaxDescriptors}) {
 		t.Errorf("limits: %+v", cfg.Limits)
 	}
 	if cfg.Listen != (Listen{HTTP: "0.0.0.0:8080", GRPC: DefaultGRPC, TLSCert: "cert.pem", TLSKey: "key.pem"}) {

@@ -6,7 +6,7 @@
 //	store, err := memstore.New()
 //	if err != nil { ... }
 //	perIP, err := floodgate.NewLimiter(store, floodgate.Policy{
-//		Name: "per-ip", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(10), Burst: 20,
+//		Name: "per-ip", Algorithm: floodgate.GCRA, Max: 10, Window: time.Second, Burst: 20,
 //	})
 //	if err != nil { ... }
 //	limit, err := httplimit.New(httplimit.Config{

@@ -143,28 +143,13 @@ func PolicyItems(p *floodgate.Policy) []PolicyItem {
 	if p == nil {
 		return nil
 	}
-	one := func(q int64, w time.Duration) []PolicyItem {
-		return []PolicyItem{{Name: p.Name, Quota: clampInt(q), Window: windowSeconds(w)}}
+	n := max(1, len(p.Limits))
+	items := make([]PolicyItem, n)
+	for i := range items {
+		q, w := p.Quota(i)
+		items[i] = PolicyItem{Name: ItemName(p, i), Quota: clampInt(q), Window: windowSeconds(w)}
 	}
-	switch p.Algorithm {
-	case floodgate.SlidingWindow, floodgate.AR1:
-		items := make([]PolicyItem, len(p.Limits))
-		for i, l := range p.Limits {
-			w := l.Window
-			if p.Algorithm == floodgate.AR1 {
-				w = l.Resolution
-			}
-			items[i] = PolicyItem{Name: ItemName(p, i), Quota: floatQuota(l.Max), Window: windowSeconds(w)}
-		}
-		return items
-	case floodgate.FixedWindow, floodgate.TokenBucket:
-		return one(p.Max, p.Window)
-	case floodgate.SlidingLog:
-		return one(p.Max, p.Interval)
-	case floodgate.GCRA:
-		return one(p.Rate.Count, p.Rate.Period)
-	}
-	return nil
+	return items
 }
 
 // ItemName returns the name of the RateLimit-Policy and RateLimit items

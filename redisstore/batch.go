@@ -4,21 +4,22 @@ import (
 	"context"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // TakeBatch decides many requests in one pipelined round trip per node
-// (see floodgate.BatchStore). Requests whose script the node did not have
+// (see storekit.BatchStore). Requests whose script the node did not have
 // (NOSCRIPT: not run) are sent again, those alone, with the script's
 // source (EVAL, which also loads it), so that a SCRIPT FLUSH between the
 // two round trips cannot fail them; a request whose outcome is unknown (a
 // connection error mid-pipeline) gets an error and is never sent twice.
-func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []floodgate.BatchResult) {
+func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.BatchResult) {
 	if len(out) < len(reqs) {
 		panic("redisstore: TakeBatch: out is shorter than reqs")
 	}
 	if s.closed.Load() {
 		for i := range reqs {
-			out[i] = floodgate.BatchResult{Err: floodgate.ErrClosed}
+			out[i] = storekit.BatchResult{Err: floodgate.ErrClosed}
 		}
 		return
 	}
@@ -26,13 +27,13 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []f
 	index := make([]int, 0, len(reqs))
 	for i := range reqs {
 		req := &reqs[i]
-		if err := floodgate.CheckRequest(req, s.maxKeyLen); err != nil {
-			out[i] = floodgate.BatchResult{Err: err}
+		if err := storekit.CheckRequest(req, s.maxKeyLen); err != nil {
+			out[i] = storekit.BatchResult{Err: err}
 			continue
 		}
 		pr, err := s.prepare(req.Policy)
 		if err != nil {
-			out[i] = floodgate.BatchResult{Err: err}
+			out[i] = storekit.BatchResult{Err: err}
 			continue
 		}
 		calls = append(calls, &call{
@@ -62,10 +63,10 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []f
 	for j, c := range calls {
 		i := index[j]
 		if c.err != nil {
-			out[i] = floodgate.BatchResult{Err: classify(ctx, c.err)}
+			out[i] = storekit.BatchResult{Err: classify(ctx, c.err)}
 			continue
 		}
 		d, err := decode(c.reply)
-		out[i] = floodgate.BatchResult{Decision: d, Err: err}
+		out[i] = storekit.BatchResult{Decision: d, Err: err}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 func TestDecode(t *testing.T) {
@@ -16,14 +17,14 @@ func TestDecode(t *testing.T) {
 	}
 	for _, bad := range []any{
 		nil, "OK", int64(1), []any{}, []any{int64(1)},
-		[]any{int64(1), int64(1), int64(1), int64(0), int64(0)},                             // short
-		[]any{int64(1), int64(1), int64(1), int64(0), int64(0), int64(0), int64(0)},         // long
-		[]any{"1", int64(1), int64(1), int64(0), int64(0), int64(0)},                        // a string
-		[]any{int64(2), int64(1), int64(1), int64(0), int64(0), int64(0)},                   // allowed 2
-		[]any{int64(1), int64(1), int64(-5), int64(0), int64(0), int64(0)},                  // remaining < 0
-		[]any{int64(0), int64(1), int64(1), int64(-2), int64(0), int64(0)},                  // retry < -1
-		[]any{int64(0), int64(1), int64(1), int64(0), int64(-1), int64(0)},                  // reset < 0
-		[]any{int64(0), int64(1), int64(1), int64(0), int64(0), int64(floodgate.MaxLimits)}, // binding out of range
+		[]any{int64(1), int64(1), int64(1), int64(0), int64(0)},                            // short
+		[]any{int64(1), int64(1), int64(1), int64(0), int64(0), int64(0), int64(0)},        // long
+		[]any{"1", int64(1), int64(1), int64(0), int64(0), int64(0)},                       // a string
+		[]any{int64(2), int64(1), int64(1), int64(0), int64(0), int64(0)},                  // allowed 2
+		[]any{int64(1), int64(1), int64(-5), int64(0), int64(0), int64(0)},                 // remaining < 0
+		[]any{int64(0), int64(1), int64(1), int64(-2), int64(0), int64(0)},                 // retry < -1
+		[]any{int64(0), int64(1), int64(1), int64(0), int64(-1), int64(0)},                 // reset < 0
+		[]any{int64(0), int64(1), int64(1), int64(0), int64(0), int64(storekit.MaxLimits)}, // binding out of range
 		[]any{int64(0), int64(1), int64(1), int64(0), int64(0), nil},
 		[]any{int64(0), int64(1), int64(1), int64(0), int64(0), 1.5},
 	} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // The Lua twins of internal/algo, one file per algorithm, each run after
@@ -52,8 +53,8 @@ func loadScript(name string) *script {
 // scripts holds the script of every algorithm, by floodgate.Algorithm.
 var scripts = func() map[floodgate.Algorithm]*script {
 	m := make(map[floodgate.Algorithm]*script)
-	for _, a := range floodgate.Algorithms() {
-		m[a] = loadScript(a.String())
+	for _, a := range storekit.Algorithms() {
+		m[a] = loadScript(string(a))
 	}
 	return m
 }()

@@ -36,13 +36,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
 // DefaultPrefix starts every key the store writes, unless WithPrefix says
@@ -53,12 +54,12 @@ const DefaultPrefix = "fg"
 type Store struct {
 	b         backend
 	prefix    string
-	clock     floodgate.Clock // nil: the server's TIME
+	clock     storekit.Clock // nil: the server's TIME
 	maxKeyLen int
 	hashKey   []byte // nil: keys as given
 	minTTL    int64  // µs
 
-	prepared sync.Map // *floodgate.Policy -> *prepared
+	prepared *storekit.Cache[*prepared] // by policy, bounded
 	closed   atomic.Bool
 }
 
@@ -96,7 +97,7 @@ func validPrefix(p string) bool {
 // TIME: for conformance replays and tests. Keys still expire on the
 // server's clock, so a clock that runs behind real time sees state expire
 // early; pair it with WithMinTTL.
-func WithClock(c floodgate.Clock) Option {
+func WithClock(c storekit.Clock) Option {
 	return func(s *Store) error {
 		if c == nil {
 			return errors.New("redisstore: WithClock: nil clock")
@@ -120,7 +121,7 @@ func WithMinTTL(d time.Duration) Option {
 }
 
 // WithMaxKeyLen sets the longest key accepted, in bytes (n ≥ 1); the
-// default is floodgate.DefaultMaxKeyLen. Longer keys get an error wrapping
+// default is storekit.DefaultMaxKeyLen. Longer keys get an error wrapping
 // floodgate.ErrInvalidKey.
 func WithMaxKeyLen(n int) Option {
 	return func(s *Store) error {
@@ -157,7 +158,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: nil client")
 	}
-	s := &Store{b: goRedis{c: client}, prefix: DefaultPrefix, maxKeyLen: floodgate.DefaultMaxKeyLen}
+	s := &Store{b: goRedis{c: client}, prefix: DefaultPrefix, maxKeyLen: storekit.DefaultMaxKeyLen}
+	s.prepared = storekit.NewCache(0, s.derive)
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -170,7 +172,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // them. Decisions load a missing script themselves (on NOSCRIPT), so
 // Preload is an optimisation and a readiness check.
 func (s *Store) Preload(ctx context.Context) error {
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range storekit.Algorithms() {
 		if err := s.b.loadScript(ctx, scripts[a].src); err != nil {
 			return unavailable("loading scripts", err)
 		}
@@ -203,12 +205,16 @@ type prepared struct {
 }
 
 func (s *Store) prepare(p *floodgate.Policy) (*prepared, error) {
-	if v, ok := s.prepared.Load(p); ok {
-		return v.(*prepared), nil
-	}
-	if err := p.Validate(); err != nil {
+	e, err := s.prepared.Get(p)
+	if err != nil {
 		return nil, err
 	}
+	return e.Value, nil
+}
+
+// derive builds what a valid policy needs for every call (the prepared
+// cache calls it once per policy).
+func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 	sc, err := scriptFor(p.Algorithm)
 	if err != nil {
 		return nil, err
@@ -220,10 +226,14 @@ func (s *Store) prepare(p *floodgate.Policy) (*prepared, error) {
 	switch p.Algorithm {
 	case floodgate.FixedWindow:
 		pr.parts = []string{"fw"}
-		pr.params = []any{num(p.Max), us(p.Window), p.Align.String()}
+		align := string(floodgate.AlignEpoch)
+		if p.Align == floodgate.AlignFirst {
+			align = string(floodgate.AlignFirst)
+		}
+		pr.params = []any{num(p.Max), us(p.Window), align}
 	case floodgate.GCRA:
 		pr.parts = []string{"gc"}
-		pr.params = []any{num(p.Rate.Count), us(p.Rate.Period), num(p.Burst)}
+		pr.params = []any{num(p.Max), us(p.Window), num(p.Burst)}
 	case floodgate.TokenBucket:
 		pr.parts = []string{"tb"}
 		pr.params = []any{num(p.Max), us(p.Window), num(p.Burst)}
@@ -240,7 +250,7 @@ func (s *Store) prepare(p *floodgate.Policy) (*prepared, error) {
 		}
 	case floodgate.SlidingLog:
 		pr.parts = []string{"sl", "sl1"}
-		pr.params = []any{num(p.Max), us(p.Interval), us(p.MinInterval)}
+		pr.params = []any{num(p.Max), us(p.Window), us(p.MinInterval)}
 	}
 	flag := func(b bool) string {
 		if b {
@@ -248,9 +258,8 @@ func (s *Store) prepare(p *floodgate.Policy) (*prepared, error) {
 		}
 		return "0"
 	}
-	pr.common = [5]any{flag(p.CountsDenied()), flag(p.Track), us(p.Retention), strconv.FormatInt(s.minTTL, 10)}
-	v, _ := s.prepared.LoadOrStore(p, pr)
-	return v.(*prepared), nil
+	pr.common = [5]any{flag(storekit.CountsDenied(p)), flag(p.Track), us(p.Retention), strconv.FormatInt(s.minTTL, 10)}
+	return pr, nil
 }
 
 // storedKey returns the key as stored: the key itself, or its HMAC.
@@ -297,7 +306,7 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	if s.closed.Load() {
 		return floodgate.Decision{}, floodgate.ErrClosed
 	}
-	if err := floodgate.CheckRequest(&req, s.maxKeyLen); err != nil {
+	if err := storekit.CheckRequest(&req, s.maxKeyLen); err != nil {
 		return floodgate.Decision{}, err
 	}
 	pr, err := s.prepare(req.Policy)
@@ -325,7 +334,7 @@ func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) erro
 	if p == nil {
 		return fmt.Errorf("%w: nil policy", floodgate.ErrInvalidPolicy)
 	}
-	if err := floodgate.CheckKey(key, s.maxKeyLen); err != nil {
+	if err := storekit.CheckKey(key, s.maxKeyLen); err != nil {
 		return err
 	}
 	pr, err := s.prepare(p)
@@ -360,7 +369,7 @@ func decode(reply any) (floodgate.Decision, error) {
 		}
 		n[i] = x
 	}
-	if n[0] != 0 && n[0] != 1 || n[3] < -1 || n[4] < 0 || n[2] < 0 || n[5] < 0 || n[5] >= floodgate.MaxLimits {
+	if n[0] != 0 && n[0] != 1 || n[3] < -1 || n[4] < 0 || n[2] < 0 || n[5] < 0 || n[5] >= storekit.MaxLimits {
 		return floodgate.Decision{}, malformed(reply)
 	}
 	d := floodgate.Decision{
@@ -398,7 +407,7 @@ func unavailable(doing string, err error) error {
 
 // Interface guards.
 var (
-	_ floodgate.Store       = (*Store)(nil)
-	_ floodgate.BatchStore  = (*Store)(nil)
-	_ floodgate.UsageLister = (*Store)(nil)
+	_ floodgate.Store     = (*Store)(nil)
+	_ storekit.BatchStore = (*Store)(nil)
+	_ usage.Lister        = (*Store)(nil)
 )

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // client returns a go-redis client of srv without retries (a retried
@@ -49,7 +50,7 @@ func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) 
 // while the server's does not).
 func replayHarness(c redis.UniversalClient, keys func() int) floodgatetest.Harness {
 	return floodgatetest.Harness{
-		NewStore: func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+		NewStore: func(t *testing.T, clock storekit.Clock) floodgate.Store {
 			prefix := fmt.Sprintf("t%d", rand.Uint32())
 			return newStore(t, c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(prefix))
 		},
@@ -198,7 +199,7 @@ func TestOptions(t *testing.T) {
 func TestHashedKeys(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newStore(t, client(t, srv), redisstore.WithHashedKeys([]byte("0123456789abcdef-secret")))
-	lim, _ := floodgate.NewLimiter(s, floodgate.Policy{Name: "h", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1), Burst: 2, Track: true})
+	lim, _ := floodgate.NewLimiter(s, floodgate.Policy{Name: "h", Algorithm: floodgate.GCRA, Max: 1, Window: time.Second, Burst: 2, Track: true})
 	ctx := context.Background()
 	for _, key := range []string{"alice@example.com", "203.0.113.7", "x"} {
 		if d, err := lim.Allow(ctx, key); err != nil || !d.Allowed || d.Remaining != 1 {

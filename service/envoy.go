@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // The Envoy rate limit service (RLS v3) semantics, as envoyproxy/ratelimit
@@ -194,7 +195,7 @@ func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.De
 func fixedWindows(name string, rpu uint32, unit string) (*floodgate.Policy, *floodgate.Policy) {
 	p := &floodgate.Policy{
 		Name: name, Algorithm: floodgate.FixedWindow, Max: int64(rpu),
-		Window: time.Duration(unitSeconds[unit]) * time.Second, CountDenied: floodgate.On,
+		Window: time.Duration(unitSeconds[unit]) * time.Second, CountDenied: new(true),
 	}
 	check := *p
 	check.Max++
@@ -218,13 +219,13 @@ func policyName(full string, taken map[string]string, d *config.Descriptor) stri
 		}
 	}
 	name := b.String()
-	if changed || len(name) > floodgate.MaxNameLen-9 {
+	if changed || len(name) > storekit.MaxNameLen-9 {
 		h := fnv.New32a()
 		h.Write([]byte(full))
-		name = fmt.Sprintf("%s-%08x", name[:min(len(name), floodgate.MaxNameLen-9)], h.Sum32())
+		name = fmt.Sprintf("%s-%08x", name[:min(len(name), storekit.MaxNameLen-9)], h.Sum32())
 	}
 	for i := 2; taken[name] != ""; i++ { // a clash with a named policy
-		name = fmt.Sprintf("%s-%d", name[:min(len(name), floodgate.MaxNameLen-4)], i)
+		name = fmt.Sprintf("%s-%d", name[:min(len(name), storekit.MaxNameLen-4)], i)
 	}
 	taken[name] = fmt.Sprintf("%s:%d", d.File, d.Line)
 	return name
@@ -233,20 +234,7 @@ func policyName(full string, taken map[string]string, d *config.Descriptor) stri
 // limitOf states a floodgate policy as an RLS limit: its first limit's
 // quota, and the unit closest to its window.
 func limitOf(p *floodgate.Policy, name string) RLSLimit {
-	var q int64
-	var w time.Duration
-	switch p.Algorithm {
-	case floodgate.SlidingWindow:
-		q, w = int64(p.Limits[0].Max), p.Limits[0].Window
-	case floodgate.AR1:
-		q, w = int64(p.Limits[0].Max), p.Limits[0].Resolution
-	case floodgate.GCRA:
-		q, w = p.Rate.Count, p.Rate.Period
-	case floodgate.SlidingLog:
-		q, w = p.Max, p.Interval
-	default:
-		q, w = p.Max, p.Window
-	}
+	q, w := p.Quota(0)
 	unit := "year"
 	for _, u := range []string{"second", "minute", "hour", "day", "week", "month"} {
 		next := map[string]string{"second": "minute", "minute": "hour", "hour": "day", "day": "week", "week": "month", "month": "year"}[u]
@@ -310,7 +298,7 @@ func (d *domain) override(l *RLSLimit) *rule {
 		return r
 	}
 	name := fmt.Sprintf("%s.override.%s.%d", d.name, l.Unit, l.RequestsPerUnit)
-	if len(name) > floodgate.MaxNameLen || !validPolicyName(name) {
+	if len(name) > storekit.MaxNameLen || !validPolicyName(name) {
 		h := fnv.New32a()
 		h.Write([]byte(d.name))
 		name = fmt.Sprintf("envoy-%08x.override.%s.%d", h.Sum32(), l.Unit, l.RequestsPerUnit)
@@ -322,7 +310,7 @@ func (d *domain) override(l *RLSLimit) *rule {
 }
 
 func validPolicyName(n string) bool {
-	p := floodgate.Policy{Name: n, Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1), Burst: 1}
+	p := floodgate.Policy{Name: n, Algorithm: floodgate.GCRA, Max: 1, Window: time.Second, Burst: 1}
 	return p.Validate() == nil
 }
 

@@ -19,6 +19,8 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/storekit"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
 // Observer receives the service's events, for metrics. Its methods are
@@ -60,7 +62,7 @@ type Options struct {
 	// Clock times the over-limit cache and the circuit breaker; nil means
 	// the system clock. Give it the store's clock when the store has one
 	// of its own (tests, replays).
-	Clock floodgate.Clock
+	Clock storekit.Clock
 }
 
 // Service decides requests. Create it with New.
@@ -70,7 +72,7 @@ type Service struct {
 	fallback floodgate.Store
 	obs      Observer
 	log      *slog.Logger
-	clock    floodgate.Clock
+	clock    storekit.Clock
 
 	// failLog and fallbackLog keep a failing store from writing a log
 	// line per request.
@@ -100,7 +102,7 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	}
 	s := &Service{store: o.Store, raw: o.Store, fallback: o.Fallback, obs: o.Observer, log: o.Logger, clock: o.Clock}
 	if s.clock == nil {
-		s.clock = floodgate.SystemClock{}
+		s.clock = storekit.SystemClock{}
 	}
 	if s.obs == nil {
 		s.obs = nopObserver{}
@@ -131,7 +133,7 @@ func (s *Service) compile(cfg *config.Config) (*state, error) {
 	if st.domains, err = compileDomains(cfg); err != nil {
 		return nil, err
 	}
-	if bs, ok := s.raw.(floodgate.BatchStore); ok && cfg.Store.Batching {
+	if bs, ok := s.raw.(storekit.BatchStore); ok && cfg.Store.Batching {
 		st.batch = newBatcher(bs, 256, 8, cfg.Store.Timeout)
 	}
 	return st, nil
@@ -310,14 +312,14 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 		}
 		return out
 	}
-	bs, batched := s.raw.(floodgate.BatchStore)
+	bs, batched := s.raw.(storekit.BatchStore)
 	switch {
 	case len(todo) > 1 && batched:
 		sub := make([]floodgate.Request, len(todo))
 		for j, i := range todo {
 			sub[j] = reqs[i]
 		}
-		results := make([]floodgate.BatchResult, len(sub))
+		results := make([]storekit.BatchResult, len(sub))
 		cctx, cancel := context.WithTimeout(ctx, timeout)
 		start := time.Now()
 		bs.TakeBatch(cctx, sub, results)
@@ -397,13 +399,8 @@ func (s *Service) degrade(ctx context.Context, st *state, req floodgate.Request,
 // quota is the first limit's quota of a policy, for decisions made
 // without the store.
 func quota(p *floodgate.Policy) int64 {
-	switch p.Algorithm {
-	case floodgate.SlidingWindow, floodgate.AR1:
-		return int64(p.Limits[0].Max)
-	case floodgate.GCRA:
-		return p.Rate.Count
-	}
-	return p.Max
+	q, _ := p.Quota(0)
+	return q
 }
 
 // Reset forgets key's state under the named policy (an admin action).
@@ -439,7 +436,7 @@ func (s *Service) Policies() []*floodgate.Policy {
 var ErrNoUsage = errors.New("service: the store does not track usage")
 
 // TopKeys lists a tracked policy's keys (an admin action).
-func (s *Service) TopKeys(ctx context.Context, policy string, by floodgate.UsageOrder, limit int) ([]floodgate.KeyUsage, error) {
+func (s *Service) TopKeys(ctx context.Context, policy string, by usage.Order, limit int) ([]usage.Record, error) {
 	st := s.state.Load()
 	p, ok := st.policies[policy]
 	if !ok {
@@ -448,7 +445,7 @@ func (s *Service) TopKeys(ctx context.Context, policy string, by floodgate.Usage
 	if !p.Track {
 		return nil, &RequestError{Code: "not_tracked", Field: "policy", Msg: fmt.Sprintf("policy %q does not track usage (track: true)", p.Name)}
 	}
-	lister, ok := s.raw.(floodgate.UsageLister)
+	lister, ok := s.raw.(usage.Lister)
 	if !ok {
 		return nil, ErrNoUsage
 	}

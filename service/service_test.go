@@ -31,6 +31,7 @@ import (
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/redisstore"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // epoch is where every manual clock starts: a whole minute, so that
@@ -79,7 +80,7 @@ type batchStore struct {
 	hold     chan struct{}
 }
 
-func (s *batchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []floodgate.BatchResult) {
+func (s *batchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.BatchResult) {
 	s.batches.Add(1)
 	for n := int64(len(reqs)); ; {
 		m := s.maxBatch.Load()
@@ -194,7 +195,7 @@ func newRig(t *testing.T, batched bool, yaml string) *rig {
 	return r
 }
 
-func newMem(t *testing.T, clock floodgate.Clock) *memstore.Store {
+func newMem(t *testing.T, clock storekit.Clock) *memstore.Store {
 	t.Helper()
 	m, err := memstore.New(memstore.WithClock(clock))
 	if err != nil {
@@ -578,7 +579,7 @@ func TestExactUnderConcurrencyMemory(t *testing.T) {
 
 // redisService returns a service on a Redis store of c with its own key
 // prefix, its scripts loaded.
-func redisService(t *testing.T, c redis.UniversalClient, yaml string, clock floodgate.Clock) (*service.Service, *redisstore.Store) {
+func redisService(t *testing.T, c redis.UniversalClient, yaml string, clock storekit.Clock) (*service.Service, *redisstore.Store) {
 	t.Helper()
 	st, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("svc%d", rand.Uint32())))
 	if err != nil {

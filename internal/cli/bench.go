@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/internal/bench"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // benchPolicyName is the policy's name in the keys the redis target writes.
@@ -404,12 +406,12 @@ func (e *environ) benchPolicy(f *benchFlags, set map[string]bool) (*floodgate.Po
 	}
 	alg := f.algorithm
 	if alg == "" {
-		alg = floodgate.FixedWindow.String()
+		alg = string(floodgate.FixedWindow)
 	}
-	if _, err := floodgate.ParseAlgorithm(alg); err != nil {
+	if !slices.Contains(storekit.Algorithms(), floodgate.Algorithm(alg)) {
 		var names []string
-		for _, a := range floodgate.Algorithms() {
-			names = append(names, a.String())
+		for _, a := range storekit.Algorithms() {
+			names = append(names, string(a))
 		}
 		return nil, e.usageErr("--algorithm %q: want one of %s", alg, strings.Join(names, ", "))
 	}

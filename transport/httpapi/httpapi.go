@@ -38,6 +38,7 @@ import (
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/httplimit"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
 // Options configures the API.
@@ -333,9 +334,9 @@ func (a *api) keys(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing_policy", "policy", "name the tracked policy: /v1/keys?policy=NAME")
 		return
 	}
-	by := floodgate.ByRequests
+	by := usage.ByRequests
 	if s := q.Get("sort"); s != "" {
-		o, err := floodgate.ParseUsageOrder(s)
+		o, err := usage.ParseOrder(s)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "invalid_sort", "sort", "want requests, denied or last_seen")
 			return

@@ -13,13 +13,13 @@ import (
 // source (EVAL, which also loads it), so that a SCRIPT FLUSH between the
 // two round trips cannot fail them; a request whose outcome is unknown (a
 // connection error mid-pipeline) gets an error and is never sent twice.
-func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.BatchResult) {
+func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
 	if len(out) < len(reqs) {
 		panic("redisstore: TakeBatch: out is shorter than reqs")
 	}
 	if s.closed.Load() {
 		for i := range reqs {
-			out[i] = storekit.BatchResult{Err: floodgate.ErrClosed}
+			out[i] = storekit.Outcome{Err: floodgate.ErrClosed}
 		}
 		return
 	}
@@ -28,12 +28,12 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	for i := range reqs {
 		req := &reqs[i]
 		if err := storekit.CheckRequest(req, s.maxKeyLen); err != nil {
-			out[i] = storekit.BatchResult{Err: err}
+			out[i] = storekit.Outcome{Err: err}
 			continue
 		}
 		pr, err := s.prepare(req.Policy)
 		if err != nil {
-			out[i] = storekit.BatchResult{Err: err}
+			out[i] = storekit.Outcome{Err: err}
 			continue
 		}
 		calls = append(calls, &call{
@@ -63,10 +63,10 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	for j, c := range calls {
 		i := index[j]
 		if c.err != nil {
-			out[i] = storekit.BatchResult{Err: classify(ctx, c.err)}
+			out[i] = storekit.Outcome{Err: classify(ctx, c.err)}
 			continue
 		}
 		d, err := decode(c.reply)
-		out[i] = storekit.BatchResult{Decision: d, Err: err}
+		out[i] = storekit.Outcome{Decision: d, Err: err}
 	}
 }

@@ -164,7 +164,7 @@ func TestScriptFlushUnderLoad(t *testing.T) {
 		go func(g int) {
 			defer wg.Done()
 			reqs := make([]floodgate.Request, 8)
-			out := make([]storekit.BatchResult, 8)
+			out := make([]storekit.Outcome, 8)
 			for i := range reqs {
 				reqs[i] = floodgate.Request{Policy: &p, Key: "k", N: 1}
 			}

@@ -29,7 +29,7 @@ type batcher struct {
 
 type pending struct {
 	req  floodgate.Request
-	done chan storekit.BatchResult // buffered: the batch never blocks on a caller gone
+	done chan storekit.Outcome // buffered: the batch never blocks on a caller gone
 }
 
 func newBatcher(store storekit.BatchStore, maxBatch, maxInflight int, timeout time.Duration) *batcher {
@@ -40,7 +40,7 @@ func newBatcher(store storekit.BatchStore, maxBatch, maxInflight int, timeout ti
 // known or ctx is done; a request whose caller left may still be decided
 // (its outcome is then unknown to the caller, as with any call cut short).
 func (b *batcher) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
-	p := &pending{req: req, done: make(chan storekit.BatchResult, 1)}
+	p := &pending{req: req, done: make(chan storekit.Outcome, 1)}
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
 	start := b.inflight < b.maxInflight
@@ -62,7 +62,7 @@ func (b *batcher) Take(ctx context.Context, req floodgate.Request) (floodgate.De
 // run sends queued requests in batches until the queue is empty.
 func (b *batcher) run() {
 	var reqs []floodgate.Request
-	var out []storekit.BatchResult
+	var out []storekit.Outcome
 	for {
 		b.mu.Lock()
 		n := min(len(b.queue), b.maxBatch)
@@ -79,7 +79,7 @@ func (b *batcher) run() {
 		reqs, out = reqs[:0], out[:0]
 		for _, p := range batch {
 			reqs = append(reqs, p.req)
-			out = append(out, storekit.BatchResult{})
+			out = append(out, storekit.Outcome{})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		b.store.TakeBatch(ctx, reqs, out)

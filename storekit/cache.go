@@ -108,3 +108,48 @@ func (c *Cache[T]) Len() int {
 	c.m.Range(func(any, any) bool { n++; return true })
 	return n
 }
+
+// Interner hands out one value per policy identity (ID): a caller that
+// builds its policies again and again (a service reloading its
+// configuration) interns them, so that a policy that did not change is the
+// same value as before and the caches of the stores it is given (Cache,
+// keyed by address) keep serving it. It remembers at most the size it was
+// created with, then forgets them all at once. The zero value is not
+// usable; create one with NewInterner.
+type Interner struct {
+	mu  sync.Mutex
+	m   map[string]*floodgate.Policy
+	max int
+}
+
+// NewInterner returns an Interner of at most size policies (0 means
+// DefaultCacheSize).
+func NewInterner(size int) *Interner {
+	if size <= 0 {
+		size = DefaultCacheSize
+	}
+	return &Interner{m: map[string]*floodgate.Policy{}, max: size}
+}
+
+// Intern returns the value of p's identity: the one interned before, or a
+// copy of p, interned now. p need not be valid (an invalid policy is
+// interned like any other; stores still refuse it).
+func (in *Interner) Intern(p *floodgate.Policy) *floodgate.Policy {
+	id := ID(p)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if known := in.m[id]; known != nil {
+		return known
+	}
+	c := *p
+	c.Limits = slices.Clone(p.Limits)
+	if p.CountDenied != nil {
+		cd := *p.CountDenied
+		c.CountDenied = &cd
+	}
+	if len(in.m) >= in.max {
+		clear(in.m)
+	}
+	in.m[id] = &c
+	return &c
+}

@@ -106,11 +106,11 @@ type BatchStore interface {
 	// Each request succeeds or fails on its own. A store never retries a
 	// request that may have been applied, so an error for one request
 	// means its outcome is unknown, never that it was counted twice.
-	TakeBatch(ctx context.Context, reqs []floodgate.Request, out []BatchResult)
+	TakeBatch(ctx context.Context, reqs []floodgate.Request, out []Outcome)
 }
 
-// BatchResult is the outcome of one request of BatchStore.TakeBatch.
-type BatchResult struct {
+// Outcome is the outcome of one request of BatchStore.TakeBatch.
+type Outcome struct {
 	Decision floodgate.Decision
 	Err      error
 }
@@ -122,4 +122,13 @@ type Pinger interface {
 	// Ping returns nil when the backend answers, else an error wrapping
 	// floodgate.ErrUnavailable (or floodgate.ErrClosed after Close).
 	Ping(ctx context.Context) error
+}
+
+// Router is implemented by stores whose keys live on several backend nodes
+// (the Redis store on a Cluster): Node names the node that decides key
+// under policy p (a master's address), so that a failure policy judges each
+// node on its own and a failing shard never degrades keys on healthy ones.
+// A store on one node returns "". Test for it with a type assertion.
+type Router interface {
+	Node(p *floodgate.Policy, key string) string
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -336,11 +337,10 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		}
 		var policy *floodgate.Policy
 		base := e.serviceURL(f)
-		svc, err := bench.FetchService(e.ctx, base)
-		if err != nil {
-			notes = append(notes, fmt.Sprintf("accuracy unknown: could not read the rule's policy (%v); give --url", err))
+		rule, err := bench.FetchRule(e.ctx, base, f.domain, f.descriptor)
+		if errors.Is(err, bench.ErrUnreachable) {
+			notes = append(notes, fmt.Sprintf("accuracy unknown: could not ask the service which rule applies (%v); give --url", err))
 		} else {
-			rule, err := svc.Rule(f.domain, f.descriptor)
 			if err != nil {
 				return nil, info, nil, nil, e.errorf("bench: %v", err)
 			}

@@ -30,9 +30,11 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
 	"github.com/floodgatehq/floodgate/transport/envoyrls"
 	"github.com/floodgatehq/floodgate/transport/httpapi"
@@ -184,8 +186,8 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (flood
 		if s.MaxKeys > 0 {
 			opts = append(opts, memstore.WithMaxKeys(s.MaxKeys))
 		}
-		if cfg.Limits.MaxKeyBytes > 0 {
-			opts = append(opts, memstore.WithMaxKeyLen(cfg.Limits.MaxKeyBytes))
+		if cfg.Bounds.MaxKeyBytes > 0 {
+			opts = append(opts, memstore.WithMaxKeyLen(cfg.Bounds.MaxKeyBytes))
 		}
 		m, err := memstore.New(opts...)
 		if err != nil {
@@ -223,7 +225,7 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (flood
 	default:
 		return nil, nil, fmt.Errorf("store type %q", s.Type)
 	}
-	opts := []redisstore.Option{redisstore.WithMaxKeyLen(cfg.Limits.MaxKeyBytes)}
+	opts := []redisstore.Option{redisstore.WithMaxKeyLen(cfg.Bounds.MaxKeyBytes)}
 	if s.Prefix != "" {
 		opts = append(opts, redisstore.WithPrefix(s.Prefix))
 	}
@@ -251,7 +253,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	}
 	defer closeStore()
 	var fallback floodgate.Store
-	if cfg.Failure.Mode == "fallback" {
+	if cfg.Failure.Mode == failure.Fallback {
 		m, _ := memstore.New()
 		defer m.Close()
 		fallback = m
@@ -263,6 +265,10 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		return e.errorf("metrics: %v", err)
 	}
 	svc, err := service.New(cfg, service.Options{Store: store, Fallback: fallback, Observer: metrics, Logger: log})
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	eng, err := rls.New(svc, cfg)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
@@ -279,7 +285,8 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	handler := httpapi.Handler(svc, httpapi.Options{
 		AdminToken: cfg.Admin.Token,
 		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		EnvoyJSON:  envoyrls.JSONHandler(svc, cfg.Limits.MaxBodyBytes),
+		EnvoyJSON:  envoyrls.JSONHandler(eng, cfg.Bounds.MaxBodyBytes),
+		Envoy:      eng,
 		Logger:     log,
 		Gatherer:   reg,
 		Version:    Version(),
@@ -290,7 +297,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(cfg.Limits.MaxBodyBytes))}
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(cfg.Bounds.MaxBodyBytes))}
 	if cfg.Listen.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.Listen.TLSCert, cfg.Listen.TLSKey)
 		if err != nil {
@@ -301,7 +308,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		gopts = append(gopts, grpc.Creds(credentials.NewServerTLSFromCert(&cert)))
 	}
 	grpcSrv := grpc.NewServer(gopts...)
-	envoyrls.Register(grpcSrv, svc)
+	envoyrls.Register(grpcSrv, eng)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
 
@@ -340,7 +347,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	ctx, stop := context.WithCancel(e.ctx)
 	defer stop()
 	go watchHealth(ctx, svc, healthSrv)
-	go e.reloads(ctx, svc, path, f, log)
+	go e.reloads(ctx, svc, eng, path, f, log)
 
 	select {
 	case <-ctx.Done():
@@ -394,7 +401,7 @@ func watchHealth(ctx context.Context, svc *service.Service, h *health.Server) {
 }
 
 // reloads reloads the configuration on SIGHUP and when its files change.
-func (e *environ) reloads(ctx context.Context, svc *service.Service, path string, f serveFlags, log *slog.Logger) {
+func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.Engine, path string, f serveFlags, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -441,10 +448,17 @@ func (e *environ) reloads(ctx context.Context, svc *service.Service, path string
 			svc.ReloadFailed()
 			continue
 		}
-		if err := svc.Reload(cfg); err != nil {
+		table, err := eng.Compile(cfg)
+		if err == nil {
+			err = svc.Reload(cfg)
+		} else {
+			svc.ReloadFailed()
+		}
+		if err != nil {
 			log.Error("configuration refused; the previous one stays in force", "reason", why, "error", err)
 			continue
 		}
+		eng.Swap(table)
 		log.Info("configuration reloaded", "reason", why, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 	}
 }

@@ -12,9 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
 )
 
-// Metrics implements service.Observer. Create it with New.
+// Metrics implements service.Observer and failure.Observer. Create it
+// with New.
 type Metrics struct {
 	decisions  *prometheus.CounterVec
 	shadow     *prometheus.CounterVec
@@ -26,6 +28,7 @@ type Metrics struct {
 	lastReload prometheus.Gauge // when the configuration in force was applied
 	lastTry    prometheus.Gauge // when the last reload was tried, applied or not
 	lastOK     prometheus.Gauge // 1 if the last reload was applied, else 0
+	breaker    *prometheus.GaugeVec
 }
 
 // New registers floodgate's metrics on reg and returns their observer. It
@@ -55,7 +58,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"op"}),
 		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_store_errors_total",
-			Help: "Store calls that failed, by operation and cause (timeout, unavailable, other).",
+			Help: "Store calls that failed, by operation and cause (timeout, unavailable, breaker_open, other).",
 		}, []string{"op", "cause"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_config_reloads_total",
@@ -73,8 +76,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "floodgate_config_last_reload_successful",
 			Help: "Whether the last configuration reload was applied (1) or rejected (0).",
 		}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_store_breaker_open",
+			Help: "Whether the circuit breaker of a store node is open (1): its requests are decided by the failure policy without the store.",
+		}, []string{"node"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads, m.lastReload, m.lastTry, m.lastOK} {
+	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads, m.lastReload, m.lastTry, m.lastOK, m.breaker} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -101,20 +108,43 @@ func (m *Metrics) Decision(policy string, allowed, shadow, degraded bool) {
 	}
 }
 
-// StoreCall times one store call and counts its failure.
-func (m *Metrics) StoreCall(op string, took time.Duration, err error) {
-	m.storeTime.WithLabelValues(op).Observe(took.Seconds())
+// StoreCall times one store call and counts its failure (a call the
+// breaker kept from the store is counted, not timed).
+func (m *Metrics) StoreCall(op, node string, took time.Duration, err error) {
+	if !errors.Is(err, failure.ErrBreakerOpen) {
+		m.storeTime.WithLabelValues(op).Observe(took.Seconds())
+	}
 	if err == nil {
 		return
 	}
 	cause := "other"
 	switch {
+	case errors.Is(err, failure.ErrBreakerOpen):
+		cause = "breaker_open"
 	case errors.Is(err, context.DeadlineExceeded):
 		cause = "timeout"
 	case errors.Is(err, floodgate.ErrUnavailable):
 		cause = "unavailable"
 	}
 	m.storeErrs.WithLabelValues(op, cause).Inc()
+}
+
+// BreakerChanged records a node's breaker opening or closing.
+func (m *Metrics) BreakerChanged(node string, open bool) {
+	v := 0.0
+	if open {
+		v = 1
+	}
+	m.breaker.WithLabelValues(nodeLabel(node)).Set(v)
+}
+
+// nodeLabel is a node's label value: its address, or "store" for a store
+// without nodes.
+func nodeLabel(node string) string {
+	if node == "" {
+		return "store"
+	}
+	return node
 }
 
 // OverLimitCacheHit counts a denial answered locally.

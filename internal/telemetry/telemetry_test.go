@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 )
 
@@ -26,10 +27,14 @@ func TestMetrics(t *testing.T) {
 	m.Decision("api", false, true, false) // a shadow denial
 	m.Decision("login", true, false, true)
 	m.OverLimitCacheHit("api")
-	m.StoreCall("take", time.Millisecond, nil)
-	m.StoreCall("take", 50*time.Millisecond, fmt.Errorf("redisstore: %w", context.DeadlineExceeded))
-	m.StoreCall("take", time.Millisecond, fmt.Errorf("redisstore: %w", floodgate.ErrUnavailable))
-	m.StoreCall("reset", time.Millisecond, errors.New("boom"))
+	m.StoreCall("take", "", time.Millisecond, nil)
+	m.StoreCall("take", "", 50*time.Millisecond, fmt.Errorf("redisstore: %w", context.DeadlineExceeded))
+	m.StoreCall("take", "", time.Millisecond, fmt.Errorf("redisstore: %w", floodgate.ErrUnavailable))
+	m.StoreCall("reset", "", time.Millisecond, errors.New("boom"))
+	m.StoreCall("peek", "10.0.0.1:6379", 0, failure.ErrBreakerOpen)
+	m.BreakerChanged("10.0.0.1:6379", true)
+	m.BreakerChanged("", true)
+	m.BreakerChanged("", false)
 	m.Reload(true)
 	m.Reload(false)
 
@@ -48,8 +53,9 @@ floodgate_degraded_decisions_total{policy="login"} 1
 # HELP floodgate_over_limit_cache_hits_total Denials answered locally because the key's fixed window was already exhausted.
 # TYPE floodgate_over_limit_cache_hits_total counter
 floodgate_over_limit_cache_hits_total{policy="api"} 1
-# HELP floodgate_store_errors_total Store calls that failed, by operation and cause (timeout, unavailable, other).
+# HELP floodgate_store_errors_total Store calls that failed, by operation and cause (timeout, unavailable, breaker_open, other).
 # TYPE floodgate_store_errors_total counter
+floodgate_store_errors_total{cause="breaker_open",op="peek"} 1
 floodgate_store_errors_total{cause="other",op="reset"} 1
 floodgate_store_errors_total{cause="timeout",op="take"} 1
 floodgate_store_errors_total{cause="unavailable",op="take"} 1
@@ -57,14 +63,19 @@ floodgate_store_errors_total{cause="unavailable",op="take"} 1
 # TYPE floodgate_config_reloads_total counter
 floodgate_config_reloads_total{result="applied"} 1
 floodgate_config_reloads_total{result="rejected"} 1
+# HELP floodgate_store_breaker_open Whether the circuit breaker of a store node is open (1): its requests are decided by the failure policy without the store.
+# TYPE floodgate_store_breaker_open gauge
+floodgate_store_breaker_open{node="10.0.0.1:6379"} 1
+floodgate_store_breaker_open{node="store"} 0
 `
 	names := []string{"floodgate_decisions_total", "floodgate_shadow_denials_total", "floodgate_degraded_decisions_total",
-		"floodgate_over_limit_cache_hits_total", "floodgate_store_errors_total", "floodgate_config_reloads_total"}
+		"floodgate_over_limit_cache_hits_total", "floodgate_store_errors_total", "floodgate_config_reloads_total",
+		"floodgate_store_breaker_open"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(reg, "floodgate_store_duration_seconds"); n != 2 {
-		t.Errorf("store duration series: %d, want 2 (take, reset)", n)
+		t.Errorf("store duration series: %d, want 2 (take, reset; the breaker's refusal is not timed)", n)
 	}
 
 	// No metric has a label that could hold a key.
@@ -72,7 +83,7 @@ floodgate_config_reloads_total{result="rejected"} 1
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowed := map[string]bool{"policy": true, "verdict": true, "op": true, "cause": true, "result": true}
+	allowed := map[string]bool{"policy": true, "verdict": true, "op": true, "cause": true, "result": true, "node": true}
 	for _, mf := range mfs {
 		for _, metric := range mf.GetMetric() {
 			for _, l := range metric.GetLabel() {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/floodgatehq/floodgate/rls"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -128,7 +129,7 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	for _, p := range a.svc.Policies() {
 		add(policyStatsJSON{Name: p.Name, Kind: "policy", Text: p.String(), Track: p.Track})
 	}
-	for _, d := range a.svc.Domains() {
+	for _, d := range a.envoyDomains() {
 		for _, rule := range d.Rules {
 			if rule.Policy != "" {
 				add(policyStatsJSON{Name: rule.Policy, Kind: "rule", Text: rule.Text, Shadow: rule.Shadow})
@@ -274,4 +275,12 @@ func quantile(q float64, buckets []bucketJSON, count int64) *float64 {
 	}
 	v := buckets[len(buckets)-1].LE
 	return &v
+}
+
+// envoyDomains lists the Envoy domains, none without an engine.
+func (a *api) envoyDomains() []rls.DomainInfo {
+	if a.o.Envoy == nil {
+		return nil
+	}
+	return a.o.Envoy.Table().Domains()
 }

@@ -1,4 +1,4 @@
-package service
+package failure
 
 import (
 	"sync/atomic"

@@ -49,7 +49,7 @@ var fences = map[string]fence{
 	"config":             {own: []string{"", "storekit", "failure"}, thirdParty: true},
 	"service":            {own: []string{"", "storekit", "usage", "failure", "config"}, thirdParty: true},
 	"rls":                {own: []string{"", "storekit", "usage", "failure", "config", "rlheader", "service"}, thirdParty: true},
-	"transport/httpapi":  {own: []string{"", "storekit", "usage", "failure", "config", "rlheader", "service", "rls"}, thirdParty: true},
+	"transport/httpapi":  {own: []string{"", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/telemetry"}, thirdParty: true},
 	"transport/envoyrls": {own: []string{"", "storekit", "usage", "failure", "config", "rlheader", "service", "rls"}, thirdParty: true},
 	"internal/telemetry": {own: []string{"", "storekit", "failure"}, thirdParty: true},
 

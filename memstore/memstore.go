@@ -365,18 +365,10 @@ func (e *entry) track(p *floodgate.Policy, now, n int64, allowed bool) {
 	}
 	u.last = max(u.last, now)
 	u.retention = int64(p.Retention / time.Microsecond)
-	u.requests = satAdd(u.requests, n)
+	u.requests = algo.SatAdd(u.requests, n)
 	if !allowed {
-		u.denied = satAdd(u.denied, n)
+		u.denied = algo.SatAdd(u.denied, n)
 	}
-}
-
-func satAdd(a, b int64) int64 {
-	const max = 1<<53 - 1
-	if a > max-b {
-		return max
-	}
-	return a + b
 }
 
 // insert adds e under hash h, evicting an entry first when the shard is

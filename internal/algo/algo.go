@@ -208,6 +208,10 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// SatAdd returns a+b for a, b ≥ 0, saturating at 2^53-1 as every count
+// of the algorithms does (and the Lua twins, whose numbers are doubles).
+func SatAdd(a, b int64) int64 { return satAdd(a, b) }
+
 // satAdd returns a+b for a, b ≥ 0, saturating at satMax.
 func satAdd(a, b int64) int64 {
 	if a > satMax-b {

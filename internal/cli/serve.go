@@ -288,7 +288,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		EnvoyJSON:  envoyrls.JSONHandler(eng, cfg.Bounds.MaxBodyBytes),
 		Envoy:      eng,
 		Logger:     log,
-		Gatherer:   reg,
+		Stats:      metrics.Snapshot,
 		Version:    Version(),
 		Dashboard:  f.dashboard,
 	})

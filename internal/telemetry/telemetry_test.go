@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,41 @@ func TestLastReload(t *testing.T) {
 	m.Reload(true)
 	if gauge(ok) != 1 || gauge(applied) <= start || gauge(tried) <= rejected || gauge(tried) != gauge(applied) {
 		t.Errorf("after an applied reload: successful %v, tried %v, applied %v", gauge(ok), gauge(tried), gauge(applied))
+	}
+}
+
+// TestSnapshot: the typed snapshot holds what the metrics counted.
+func TestSnapshot(t *testing.T) {
+	m, err := telemetry.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Decision("api", true, false, false)
+	m.Decision("api", false, true, true)
+	m.OverLimitCacheHit("web")
+	m.StoreCall("take", "", 3*time.Millisecond, nil)
+	m.StoreCall("take", "", time.Millisecond, fmt.Errorf("x: %w", context.DeadlineExceeded))
+	m.StoreCall("reset", "", time.Millisecond, nil)
+	m.Reload(false)
+	s := m.Snapshot()
+	want := []telemetry.PolicyCounts{
+		{Name: "api", Allowed: 1, Denied: 1, ShadowDenials: 1, Degraded: 1},
+		{Name: "web", OverLimitCacheHits: 1},
+	}
+	if !slices.Equal(s.Policies, want) {
+		t.Errorf("policies %+v, want %+v", s.Policies, want)
+	}
+	if len(s.StoreCalls) != 2 || s.StoreCalls[0].Op != "take" || s.StoreCalls[1].Op != "reset" {
+		t.Fatalf("store calls %+v", s.StoreCalls)
+	}
+	take := s.StoreCalls[0]
+	if take.Count != 2 || take.Errors != 1 || take.ByCause["timeout"] != 1 || take.SumSeconds < 0.0039 || take.SumSeconds > 0.0041 {
+		t.Errorf("take: %+v", take)
+	}
+	if n := len(take.Buckets); n == 0 || take.Buckets[n-1].Count != 2 || take.Buckets[0].LE != .000002 {
+		t.Errorf("take buckets %+v", take.Buckets)
+	}
+	if s.Reloads.Rejected != 1 || s.Reloads.LastOK || s.Reloads.AppliedAt.IsZero() || s.Reloads.LastAt.Before(s.Reloads.AppliedAt) {
+		t.Errorf("reloads %+v", s.Reloads)
 	}
 }

@@ -6,7 +6,7 @@
 //	GET  /v1/policies  the named policies and Envoy domains
 //	POST /v1/envoy/rule the rule of an Envoy domain a descriptor meets
 //	GET  /v1/keys      a tracked policy's top keys (admin)
-//	GET  /v1/stats     counters and state for the dashboard (when a Gatherer is given)
+//	GET  /v1/stats     counters and state for the dashboard (when Stats is given)
 //	GET  /dashboard    a live dashboard page over /v1/stats (when enabled)
 //	POST /json         envoyproxy/ratelimit's JSON form of the RLS request (when given)
 //	GET  /healthz      the process is up
@@ -34,9 +34,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/rlheader"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
@@ -58,13 +57,13 @@ type Options struct {
 	// Logger receives request errors worth an operator's eye; nil means
 	// slog.Default(). Keys are never logged.
 	Logger *slog.Logger
-	// Gatherer is the registry internal/telemetry's metrics are on;
-	// /v1/stats reads them from it. nil leaves /v1/stats out.
-	Gatherer prometheus.Gatherer
+	// Stats returns what the metrics counted, for /v1/stats
+	// (internal/telemetry's Metrics.Snapshot); nil leaves /v1/stats out.
+	Stats func() telemetry.Snapshot
 	// Version is the service's version, as /v1/stats reports it.
 	Version string
 	// Dashboard serves the dashboard page at /dashboard. It reads
-	// /v1/stats, so it is left out without a Gatherer.
+	// /v1/stats, so it is left out without Stats.
 	Dashboard bool
 }
 
@@ -81,7 +80,7 @@ func Handler(svc *service.Service, o Options) http.Handler {
 	mux.HandleFunc("/v1/policies", a.method(http.MethodGet, a.policies))
 	mux.HandleFunc("/v1/envoy/rule", a.method(http.MethodPost, a.envoyRule))
 	mux.HandleFunc("/v1/keys", a.method(http.MethodGet, a.admin(a.keys)))
-	if o.Gatherer != nil {
+	if o.Stats != nil {
 		mux.HandleFunc("/v1/stats", a.method(http.MethodGet, a.stats))
 		if o.Dashboard {
 			mux.HandleFunc("/dashboard", a.method(http.MethodGet, a.dashboard))

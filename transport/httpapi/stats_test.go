@@ -77,7 +77,7 @@ func newStatsAPI(t *testing.T, dashboard bool) *statsAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := Handler(svc, Options{Logger: quietLogger(), AdminToken: testToken, Gatherer: reg, Version: "v9.9.9-test", Dashboard: dashboard, Envoy: eng})
+	h := Handler(svc, Options{Logger: quietLogger(), AdminToken: testToken, Stats: m.Snapshot, Version: "v9.9.9-test", Dashboard: dashboard, Envoy: eng})
 	return &statsAPI{testAPI: &testAPI{h: h, svc: svc, eng: eng, clock: clock}, metrics: m}
 }
 
@@ -294,7 +294,7 @@ func TestStatsStoreDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := &statsAPI{testAPI: &testAPI{h: Handler(svc, Options{Logger: quietLogger(), Gatherer: reg})}}
+	api := &statsAPI{testAPI: &testAPI{h: Handler(svc, Options{Logger: quietLogger(), Stats: m.Snapshot})}}
 	s, _ := api.stats(t)
 	if s.Store.Ready || !strings.Contains(s.Store.Error, "connection refused") {
 		t.Errorf("store state with a failing store: %+v", s.Store)

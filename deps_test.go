@@ -41,17 +41,17 @@ var fences = map[string]fence{
 
 	// The failure policy, and the middleware (which never imports a
 	// store, the service or the failure policy: callers wrap their stores).
-	"failure":             {own: []string{"", "storekit"}},
+	"failure":             {own: []string{"", "storekit", "internal/throttle"}},
 	"httplimit":           {own: []string{"", "rlheader"}},
-	"httplimit/luascript": {own: []string{"", "storekit", "rlheader", "failure", "httplimit"}, thirdParty: true},
+	"httplimit/luascript": {own: []string{"internal/throttle", "", "storekit", "rlheader", "failure", "httplimit"}, thirdParty: true},
 
 	// The service and what serves it.
-	"config":             {own: []string{"", "storekit", "failure"}, thirdParty: true},
-	"service":            {own: []string{"", "storekit", "usage", "failure", "config"}, thirdParty: true},
-	"rls":                {own: []string{"", "storekit", "usage", "failure", "config", "rlheader", "service"}, thirdParty: true},
-	"transport/httpapi":  {own: []string{"", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/telemetry"}, thirdParty: true},
-	"transport/envoyrls": {own: []string{"", "storekit", "usage", "failure", "config", "rlheader", "service", "rls"}, thirdParty: true},
-	"internal/telemetry": {own: []string{"", "storekit", "failure"}, thirdParty: true},
+	"config":             {own: []string{"internal/throttle", "", "storekit", "failure"}, thirdParty: true},
+	"service":            {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config"}, thirdParty: true},
+	"rls":                {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service"}, thirdParty: true},
+	"transport/httpapi":  {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/telemetry"}, thirdParty: true},
+	"transport/envoyrls": {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls"}, thirdParty: true},
+	"internal/telemetry": {own: []string{"internal/throttle", "", "storekit", "failure"}, thirdParty: true},
 
 	// The load generator drives a store or a running service from the
 	// outside: it asks the service which rule applies, and holds what it
@@ -59,16 +59,17 @@ var fences = map[string]fence{
 	"internal/bench": {own: []string{"", "storekit", "usage", "internal/algo", "redisstore"}, thirdParty: true},
 
 	// The programs, which wire everything together (but test helpers).
-	"internal/cli": {own: []string{"", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
+	"internal/cli": {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
 		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/..."}, thirdParty: true},
-	"cmd/floodgate": {own: []string{"", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
+	"cmd/floodgate": {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
 		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/cli"}, thirdParty: true},
 	"examples/quickstart": {own: []string{"", "storekit", "usage", "internal/algo", "memstore"}},
-	"examples/api": {own: []string{"", "storekit", "usage", "internal/algo", "memstore", "redisstore", "failure", "rlheader", "httplimit"},
+	"examples/api": {own: []string{"internal/throttle", "", "storekit", "usage", "internal/algo", "memstore", "redisstore", "failure", "rlheader", "httplimit"},
 		thirdParty: true},
 
 	// Test helpers.
 	"internal/testreport":   {},
+	"internal/throttle":     {},
 	"internal/redistest":    {},
 	"internal/rlheadertest": {thirdParty: true},
 }

@@ -18,6 +18,8 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -141,6 +143,9 @@ type Listen struct {
 	// TLSCert and TLSKey, both or neither, serve gRPC over TLS.
 	TLSCert, TLSKey string
 }
+
+// MaxTimeout bounds store.timeout.
+const MaxTimeout = time.Minute
 
 // Defaults of the fields above.
 const (
@@ -424,6 +429,13 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 		if (cfg.Listen.TLSCert == "") != (cfg.Listen.TLSKey == "") {
 			r.errorf(f.value, "listen", "tls_cert and tls_key go together: give both or neither")
 		}
+		for _, k := range []string{"http", "grpc"} {
+			if v, ok := lf[k]; ok && get(k) != "" {
+				if err := CheckAddr(get(k), true); err != nil {
+					r.errorf(v.value, "listen."+k, "%v", err)
+				}
+			}
+		}
 	}
 }
 
@@ -678,7 +690,12 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 		s.Addrs, _ = r.strings(v.value, "store.addrs")
 	}
 	if v, ok := fs["timeout"]; ok {
-		s.Timeout, _ = r.duration(v.value, "store.timeout", time.Millisecond)
+		if d, ok := r.duration(v.value, "store.timeout", time.Millisecond); ok {
+			if d > MaxTimeout {
+				r.errorf(v.value, "store.timeout", "want at most %s (a decision that waits longer is no rate limit), found %s", MaxTimeout, d)
+			}
+			s.Timeout = d
+		}
 	}
 	if v, ok := fs["max_keys"]; ok {
 		n, _ := r.integer(v.value, "store.max_keys", 1, math.MaxInt32)
@@ -728,6 +745,13 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 	default:
 		r.errorf(line("type"), "store.type", "want memory, redis, redis-cluster or redis-sentinel, found %q", s.Type)
 	}
+	if s.Type == "redis-cluster" || s.Type == "redis-sentinel" {
+		for i, a := range s.Addrs {
+			if err := CheckAddr(a, false); err != nil {
+				r.errorf(line("addrs"), fmt.Sprintf("store.addrs[%d]", i), "%v", err)
+			}
+		}
+	}
 	if s.MaxKeys != 0 && s.Type != "memory" && s.Type != "" {
 		r.errorf(line("max_keys"), "store.max_keys", "applies to the memory store only")
 	}
@@ -740,11 +764,50 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 }
 
 // CheckRedisURL reports what is wrong with a Redis URL, or nil: its scheme
-// must be redis or rediss, with a host.
+// must be redis or rediss, with a host, a port (if given) from 1 to 65535
+// and a database number (if given) from 0. The error never holds the
+// URL's password.
 func CheckRedisURL(u string) error {
+	want := "want redis://[user:password@]host:port[/db] or rediss:// for TLS"
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok || (scheme != "redis" && scheme != "rediss") || rest == "" || strings.HasPrefix(rest, "/") {
-		return fmt.Errorf("want redis://[user:password@]host:port[/db] or rediss:// for TLS, found %q", RedactURL(u))
+		return fmt.Errorf("%s, found %q", want, RedactURL(u))
+	}
+	pu, err := url.Parse(u)
+	if err != nil {
+		return fmt.Errorf("%s, found %q (not a URL)", want, RedactURL(u))
+	}
+	if p := pu.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %s of %q: want a port from 1 to 65535", p, RedactURL(u))
+		}
+	}
+	if db := strings.Trim(pu.Path, "/"); db != "" {
+		if n, err := strconv.Atoi(db); err != nil || n < 0 {
+			return fmt.Errorf("database %q of %q: want a number from 0 (the server's databases setting bounds it)", db, RedactURL(u))
+		}
+	}
+	return nil
+}
+
+// CheckAddr reports what is wrong with a network address, or nil: it must
+// be host:port (the host may be empty, as in ":8080", or an IPv6 literal in
+// brackets) with a port from 1 to 65535 (0 when zeroPort: any free port).
+func CheckAddr(a string, zeroPort bool) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port, such as 127.0.0.1:6379 (%v)", a, strings.TrimPrefix(err.Error(), "address "+a+": "))
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("%q: want host:port, such as 127.0.0.1:6379", a)
+	}
+	n, err := strconv.Atoi(port)
+	low := 1
+	if zeroPort {
+		low = 0
+	}
+	if err != nil || n < low || n > 65535 {
+		return fmt.Errorf("%q: want a port from %d to 65535, found %q", a, low, port)
 	}
 	return nil
 }

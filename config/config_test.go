@@ -328,6 +328,28 @@ failure:
 			`f.yaml:2: failure.mode: want open, closed or fallback, found "sometimes"`,
 			`f.yaml:3: failure.retry_after: want a duration of at least 1s, found 100ms`,
 		}},
+		{"store addresses and timeout", `
+store:
+  addrs: [foo, "host:99999", "h:6379"]
+  timeout: 1000h
+`, []string{
+			`f.yaml:2: store.addrs[0]: "foo": want host:port, such as 127.0.0.1:6379 (missing port in address)`,
+			`f.yaml:2: store.addrs[1]: "host:99999": want a port from 1 to 65535, found "99999"`,
+			`f.yaml:3: store.timeout: want at most 1m0s (a decision that waits longer is no rate limit), found 1000h0m0s`,
+		}},
+		{"store url port and db", `
+store:
+  url: redis://h:99999/0
+`, []string{`f.yaml:2: store.url: port 99999 of "redis://h:99999/0": want a port from 1 to 65535`}},
+		{"store url db", `
+store:
+  url: redis://user:secret@h:6379/x
+`, []string{`f.yaml:2: store.url: database "x" of "redis://user:***@h:6379/x": want a number from 0 (the server's databases setting bounds it)`}},
+		{"listen addresses", `
+listen:
+  http: not an address
+  grpc: ":0"
+`, []string{`f.yaml:2: listen.http: "not an address": want host:port, such as 127.0.0.1:6379 (missing port in address)`}},
 		{"failure.retry_after not whole seconds", `
 failure:
   retry_after: 1500ms

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/internal/throttle"
 	"github.com/floodgatehq/floodgate/storekit"
 )
 
@@ -26,7 +27,7 @@ type Guard struct {
 
 	// failLog and fallbackLog keep a failing store from writing a log line
 	// per request.
-	failLog, fallbackLog logThrottle
+	failLog, fallbackLog throttle.Log
 }
 
 // NewGuard returns a Guard applying p. It returns an error wrapping
@@ -175,7 +176,7 @@ func nodeName(node string) string {
 // degrade makes the decision the policy gives a request the store could
 // not decide.
 func (g *Guard) degrade(ctx context.Context, p *Policy, node string, cause error, fallback func(context.Context) (floodgate.Decision, error)) floodgate.Decision {
-	if ok, held := g.failLog.allow(g.clock.Now()); ok && cause != ErrBreakerOpen {
+	if ok, held := g.failLog.Allow(g.clock.Now()); ok && cause != ErrBreakerOpen {
 		// One line a second at most: "suppressed" counts those held back.
 		g.log.Warn("store failed; the failure policy decides", "node", nodeName(node), "mode", p.Mode.String(), "error", cause, "suppressed", held)
 	}
@@ -198,7 +199,7 @@ func (g *Guard) degrade(ctx context.Context, p *Policy, node string, cause error
 			d.Degraded = true
 			return d
 		}
-		if ok, held := g.fallbackLog.allow(g.clock.Now()); ok {
+		if ok, held := g.fallbackLog.Allow(g.clock.Now()); ok {
 			g.log.Error("fallback store failed too; failing open", "error", err, "suppressed", held)
 		}
 	}

@@ -135,7 +135,7 @@ func (l *logBuffer) len() int {
 	return l.buf.Len()
 }
 
-var servingLine = regexp.MustCompile(`msg="floodgate serving".* http=(\S+) grpc=(\S+)`)
+var servingLine = regexp.MustCompile(`msg="floodgate serving".* http=(\S+) grpc=(\S+)|"msg":"floodgate serving".*"http":"([^"]+)","grpc":"([^"]+)"`)
 
 // cleanEnv is the environment of a started server: the test's own minus
 // floodgate's variables, plus extra.
@@ -189,6 +189,9 @@ func start(t *testing.T, env []string, args ...string) *server {
 		t.Fatalf("floodgate %s did not start serving:\n%s", strings.Join(args, " "), s.logs)
 	}
 	s.http, s.grpc = m[1], m[2]
+	if s.http == "" { // --log-format json
+		s.http, s.grpc = m[3], m[4]
+	}
 	return s
 }
 
@@ -207,7 +210,7 @@ func (s *server) stop() {
 	if s.waitErr != nil {
 		s.t.Errorf("floodgate exited with %v after SIGTERM, want status 0", s.waitErr)
 	}
-	if !strings.Contains(s.logs.String(), `msg=stopped`) {
+	if logs := s.logs.String(); !strings.Contains(logs, `msg=stopped`) && !strings.Contains(logs, `"msg":"stopped"`) {
 		s.t.Errorf("floodgate's log does not say it stopped")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,7 @@ type serveFlags struct {
 	logFormat, logLevel                                       string
 	watch                                                     time.Duration
 	drain                                                     time.Duration
+	shutdownDelay                                             time.Duration
 	dashboard                                                 bool
 }
 
@@ -53,8 +55,9 @@ func (e *environ) serve(args []string) int {
 			"With no flags: the memory store, HTTP on 127.0.0.1:8080, gRPC on 127.0.0.1:8081, and a\n"+
 			"small built-in set of example policies. --redis, --redis-cluster or --redis-sentinel\n"+
 			"share state between replicas. SIGHUP, or a change of the configuration files, reloads\n"+
-			"the configuration (an invalid one is refused and the old one kept); SIGTERM drains\n"+
-			"requests in flight and stops.",
+			"the configuration (an invalid one is refused and the old one kept); SIGTERM turns\n"+
+			"/readyz to 503, keeps serving for --shutdown-delay, then drains requests in flight\n"+
+			"and stops.",
 		EnvConfig+"  configuration file or directory",
 		EnvHTTP+", "+EnvGRPC+"  listen addresses",
 		EnvRedisURL+", "+EnvRedisCluster+", "+EnvRedisSentinel+"  the Redis store",
@@ -71,6 +74,7 @@ func (e *environ) serve(args []string) int {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.watch, "watch", 2*time.Second, "how often to look for changed configuration files (0: only on SIGHUP)")
 	fs.DurationVar(&f.drain, "drain", 15*time.Second, "how long SIGTERM waits for requests in flight")
+	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, answer /readyz with 503 (gRPC health NOT_SERVING) at once but keep serving\nfor this long before draining, so that load balancers stop sending first (Kubernetes: the time\nendpoints take to drop the pod)")
 	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the live dashboard at /dashboard on the HTTP listener (--dashboard=false: leave it out)")
 	if code := e.parse(fs, args); code >= 0 {
 		return code
@@ -276,7 +280,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		httpLn.Close()
 		return e.errorf("gRPC: %v (choose another address with --grpc or %s)", err, EnvGRPC)
 	}
-	handler := httpapi.Handler(svc, httpapi.Options{
+	var handler http.Handler = httpapi.Handler(svc, httpapi.Options{
 		AdminToken: cfg.Admin.Token,
 		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnvoyJSON:  envoyrls.JSONHandler(svc, cfg.Limits.MaxBodyBytes),
@@ -285,6 +289,8 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		Version:    Version(),
 		Dashboard:  f.dashboard,
 	})
+	var unready atomic.Bool // set on SIGTERM: /readyz answers 503 from then on
+	handler = readyzUnless(&unready, handler)
 	httpSrv := &http.Server{
 		Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
@@ -344,6 +350,18 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 
 	select {
 	case <-ctx.Done():
+		if f.shutdownDelay > 0 {
+			unready.Store(true)
+			healthSrv.Shutdown() // NOT_SERVING, and it stays so
+			log.Info("shutting down: unready, serving on for the shutdown delay", "shutdown_delay", f.shutdownDelay)
+			t := time.NewTimer(f.shutdownDelay)
+			select {
+			case <-t.C:
+			case err := <-errs:
+				t.Stop()
+				log.Error("server failed", "error", err)
+			}
+		}
 	case err := <-errs:
 		log.Error("server failed", "error", err)
 		stop()
@@ -472,4 +490,18 @@ func fingerprint(path string) string {
 		h.Write(data)
 	}
 	return string(h.Sum(nil))
+}
+
+// readyzUnless answers GET /readyz with 503 once unready is set, and
+// passes every request to h otherwise.
+func readyzUnless(unready *atomic.Bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" && unready.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, `{"error":{"code":"not_ready","message":"shutting down"}}`)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

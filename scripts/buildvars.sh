@@ -12,7 +12,9 @@ if git rev-parse --git-dir >/dev/null 2>&1; then
 	: "${SOURCE_DATE_EPOCH:=$(git log -1 --format=%ct)}"
 	: "${VERSION:=$(git describe --tags --always --dirty --match 'v[0-9]*')}"
 else
-	echo "buildvars: not a git checkout: set VERSION, REVISION and SOURCE_DATE_EPOCH" >&2
+	if [ -z "${VERSION:-}" ] || [ -z "${REVISION:-}" ] || [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+		echo "buildvars: not a git checkout: set VERSION, REVISION and SOURCE_DATE_EPOCH" >&2
+	fi
 	: "${REVISION:=unknown}" "${SOURCE_DATE_EPOCH:=0}" "${VERSION:=v0.0.0-unknown}"
 fi
 case "$VERSION" in

@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIST="${DIST:-dist}"
-PLATFORMS="${PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}"
-DEB_ARCHES="${DEB_ARCHES:-amd64 arm64}"
+PLATFORMS="${PLATFORMS-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}"
+DEB_ARCHES="${DEB_ARCHES-amd64 arm64}"
 source scripts/buildvars.sh
 
 pkg=github.com/floodgatehq/floodgate/internal/buildinfo
@@ -42,4 +42,4 @@ if [ -n "$DEB_ARCHES" ]; then
 fi
 
 (cd "$DIST" && find . -type f ! -name SHA256SUMS | sed 's|^\./||' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
-ls -l "$DIST"/*.deb "$DIST"/floodgate_*/floodgate 2>/dev/null | awk '{print $5, $9}'
+(ls -l "$DIST"/*.deb "$DIST"/floodgate_*/floodgate 2>/dev/null || true) | awk '{print $5, $9}'

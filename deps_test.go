@@ -47,6 +47,9 @@ var fences = map[string]fence{
 
 	"internal/testreport": {own: []string{}},
 	"internal/redistest":  {own: []string{}},
+	// The version a build is stamped with: anything may read it, and it
+	// reads only the standard library.
+	"internal/buildinfo": {own: []string{}},
 }
 
 // storesMustNot is what no store may import: configuration, the service,

@@ -492,11 +492,11 @@ func fingerprint(path string) string {
 	return string(h.Sum(nil))
 }
 
-// readyzUnless answers GET /readyz with 503 once unready is set, and
-// passes every request to h otherwise.
+// readyzUnless answers GET (and HEAD) /readyz with 503 once unready is
+// set, and passes every other request to h.
 func readyzUnless(unready *atomic.Bool, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/readyz" && unready.Load() {
+		if r.URL.Path == "/readyz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) && unready.Load() {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, `{"error":{"code":"not_ready","message":"shutting down"}}`)

@@ -16,8 +16,9 @@ if [ ! -f /etc/ssl/certs/ca-certificates.crt ]; then
 	sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
 	$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq ca-certificates >/dev/null
 fi
-(cd tools && go run ./cmd/ociimage -o "../$DIST/floodgate_image.tar" \
+d="$(cd "$DIST" && pwd)"
+(cd tools && go run ./cmd/ociimage -o "$d/floodgate_image.tar" \
 	-version "$VERSION" -revision "$REVISION" -created "$DATE" \
-	-license ../LICENSE -thirdparty "../$DIST/THIRD_PARTY.md" \
-	"linux/amd64=../$DIST/floodgate_linux_amd64/floodgate" "linux/arm64=../$DIST/floodgate_linux_arm64/floodgate")
+	-license ../LICENSE -thirdparty "$d/THIRD_PARTY.md" \
+	"linux/amd64=$d/floodgate_linux_amd64/floodgate" "linux/arm64=$d/floodgate_linux_arm64/floodgate")
 ls -l "$DIST/floodgate_image.tar" | awk '{print $5, $9}'

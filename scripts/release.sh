@@ -26,7 +26,8 @@ done
 
 # The notice covers every module linked into any of the binaries, and
 # fails the release if one's license is not permissive.
-(cd tools && go run ./cmd/thirdparty -modroot .. -o "../$DIST/THIRD_PARTY.md" "${bins[@]/#/../}")
+distabs="$(cd "$DIST" && pwd)"
+(cd tools && go run ./cmd/thirdparty -modroot .. -o "$distabs/THIRD_PARTY.md" "${bins[@]/#$DIST/$distabs}")
 
 if [ -n "$DEB_ARCHES" ]; then
 	nfpm="$(cd tools && go tool -n nfpm)"

@@ -62,9 +62,9 @@ var fences = map[string]fence{
 
 	// The programs, which wire everything together (but test helpers).
 	"internal/cli": {own: []string{"internal/tracing", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
-		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/..."}, thirdParty: true},
+		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/buildinfo"}, thirdParty: true},
 	"cmd/floodgate": {own: []string{"internal/tracing", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
-		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/cli"}, thirdParty: true},
+		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/cli", "internal/buildinfo"}, thirdParty: true},
 	"examples/quickstart": {own: []string{"", "storekit", "usage", "internal/algo", "memstore"}},
 	"examples/api": {own: []string{"internal/throttle", "", "storekit", "usage", "internal/algo", "memstore", "redisstore", "failure", "rlheader", "httplimit"},
 		thirdParty: true},
@@ -74,6 +74,9 @@ var fences = map[string]fence{
 	"internal/throttle":     {},
 	"internal/redistest":    {},
 	"internal/rlheadertest": {thirdParty: true},
+	// The version a build is stamped with: anything may read it, and it
+	// reads only the standard library.
+	"internal/buildinfo": {},
 }
 
 func matches(pattern, pkg string) bool {

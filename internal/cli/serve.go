@@ -14,11 +14,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +34,7 @@ import (
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/internal/buildinfo"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/internal/tracing"
 	"github.com/floodgatehq/floodgate/memstore"
@@ -52,6 +53,7 @@ type serveFlags struct {
 	drain                                                     time.Duration
 	storeWait                                                 time.Duration
 	startDegraded                                             bool
+	shutdownDelay                                             time.Duration
 	dashboard                                                 bool
 	accessLogSample                                           float64
 	debugAddr                                                 string
@@ -64,8 +66,9 @@ func (e *environ) serve(args []string) int {
 			"With no flags: the memory store, HTTP on 127.0.0.1:8080, gRPC on 127.0.0.1:8081, and a\n"+
 			"small built-in set of example policies. --redis, --redis-cluster or --redis-sentinel\n"+
 			"share state between replicas. SIGHUP, or a change of the configuration files, reloads\n"+
-			"the configuration (an invalid one is refused and the old one kept); SIGTERM drains\n"+
-			"requests in flight and stops.",
+			"the configuration (an invalid one is refused and the old one kept); SIGTERM turns\n"+
+			"/readyz to 503, keeps serving for --shutdown-delay, then drains requests in flight\n"+
+			"and stops.",
 		EnvConfig+"  configuration file or directory",
 		EnvHTTP+", "+EnvGRPC+"  listen addresses",
 		EnvRedisURL+", "+EnvRedisCluster+", "+EnvRedisSentinel+"  the Redis store",
@@ -86,6 +89,7 @@ func (e *environ) serve(args []string) int {
 	fs.BoolVar(&f.startDegraded, "start-degraded", false, "start even if Redis does not answer within --store-wait: unready (/readyz 503), deciding by the failure mode until it does")
 	fs.Float64Var(&f.accessLogSample, "access-log-sample", 0, "share of requests written to the access log at level info, 0 to 1 (keys as salted digests, never as they came); every request is logged at level debug")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve net/http/pprof on this `address` (off by default; keep it on loopback)")
+	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, answer /readyz with 503 (gRPC health NOT_SERVING) at once but keep serving\nfor this long before draining, so that load balancers stop sending first (Kubernetes: the time\nendpoints take to drop the pod)")
 	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the live dashboard at /dashboard on the HTTP listener (--dashboard=false: leave it out)")
 	if code := e.parse(fs, args); code >= 0 {
 		return code
@@ -267,7 +271,8 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	if err != nil {
 		return e.errorf("metrics: %v", err)
 	}
-	metrics.BuildInfo(Version(), "", runtime.Version())
+	bi := buildinfo.Read()
+	metrics.BuildInfo(bi.Version, bi.Revision, bi.GoVersion)
 	svc, err := service.New(cfg, service.Options{Store: store, Fallback: fallback, Observer: metrics, Logger: log})
 	if err != nil {
 		return e.errorf("%v", err)
@@ -286,7 +291,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		httpLn.Close()
 		return e.errorf("gRPC: %v (choose another address with --grpc or %s)", err, EnvGRPC)
 	}
-	handler := httpapi.Handler(svc, httpapi.Options{
+	var handler http.Handler = httpapi.Handler(svc, httpapi.Options{
 		AdminToken: cfg.Admin.Token,
 		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnvoyJSON:  envoyrls.JSONHandler(eng, cfg.Bounds.MaxBodyBytes),
@@ -298,6 +303,8 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		Requests:   metrics,
 		Access:     reqlog.AccessLog{Logger: log, Sample: f.accessLogSample},
 	})
+	var unready atomic.Bool // set on SIGTERM: /readyz answers 503 from then on
+	handler = readyzUnless(&unready, handler)
 	httpSrv := &http.Server{
 		Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
@@ -367,6 +374,18 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 
 	select {
 	case <-ctx.Done():
+		if f.shutdownDelay > 0 {
+			unready.Store(true)
+			healthSrv.Shutdown() // NOT_SERVING, and it stays so
+			log.Info("shutting down: unready, serving on for the shutdown delay", "shutdown_delay", f.shutdownDelay)
+			t := time.NewTimer(f.shutdownDelay)
+			select {
+			case <-t.C:
+			case err := <-errs:
+				t.Stop()
+				log.Error("server failed", "error", err)
+			}
+		}
 	case err := <-errs:
 		log.Error("server failed", "error", err)
 		stop()
@@ -617,4 +636,18 @@ func serveDebug(ctx context.Context, addr string, log *slog.Logger) (string, err
 		srv.Close()
 	}()
 	return ln.Addr().String(), nil
+}
+
+// readyzUnless answers GET (and HEAD) /readyz with 503 once unready is
+// set, and passes every other request to h.
+func readyzUnless(unready *atomic.Bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) && unready.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, `{"status":"not_ready","error":"shutting down"}`)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -69,7 +69,7 @@ type Store struct {
 	// Username and Password authenticate to a cluster or to the master a
 	// sentinel names (a URL carries its own).
 	Username, Password string
-	// Prefix starts every Redis key; empty means redisstore.DefaultPrefix.
+	// Prefix starts every Redis key; empty means DefaultPrefix.
 	Prefix string
 	// Timeout bounds each store call; 0 means 50ms.
 	Timeout time.Duration
@@ -162,6 +162,9 @@ const (
 func (c *Config) withDefaults() {
 	if c.Store.Type == "" {
 		c.Store.Type = "memory"
+	}
+	if c.Store.Prefix == "" {
+		c.Store.Prefix = DefaultPrefix
 	}
 	if c.Store.Timeout == 0 {
 		c.Store.Timeout = DefaultTimeout
@@ -346,9 +349,9 @@ func (r *reader) onlyDocument(dec *yaml.Decoder) bool {
 
 // native reads floodgate's own format.
 func (r *reader) native(root *yaml.Node, cfg *Config) {
-	fs := r.fields(root, "", "policies", "store", "failure", "admin", "limits", "listen", "envoy")
+	fs := r.section(root, "")
 	if f, ok := fs["envoy"]; ok {
-		ef := r.fields(f.value, "envoy", "shadow_mode", "merge_domains", "response_headers")
+		ef := r.section(f.value, "envoy")
 		for _, b := range []struct {
 			key string
 			dst *bool
@@ -365,7 +368,7 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 		r.store(f.value, &cfg.Store)
 	}
 	if f, ok := fs["failure"]; ok {
-		ff := r.fields(f.value, "failure", "mode", "retry_after", "breaker")
+		ff := r.section(f.value, "failure")
 		if v, ok := ff["mode"]; ok {
 			if s, ok := r.str(v.value, "failure.mode"); ok {
 				m, err := failure.ParseMode(s)
@@ -388,10 +391,10 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 		}
 	}
 	if f, ok := fs["admin"]; ok {
-		af := r.fields(f.value, "admin", "token")
+		af := r.section(f.value, "admin")
 		if v, ok := af["token"]; ok {
 			if s, ok := r.str(v.value, "admin.token"); ok {
-				if len(s) < 16 {
+				if s != "" && len(s) < 16 {
 					r.errorf(v.value, "admin.token", "want a token of at least 16 characters (or none, with FLOODGATE_ADMIN_TOKEN)")
 				}
 				cfg.Admin.Token = s
@@ -399,7 +402,7 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 		}
 	}
 	if f, ok := fs["limits"]; ok {
-		lf := r.fields(f.value, "limits", "max_body_bytes", "max_batch", "max_key_bytes", "max_descriptors")
+		lf := r.section(f.value, "limits")
 		if v, ok := lf["max_body_bytes"]; ok {
 			cfg.Bounds.MaxBodyBytes, _ = r.integer(v.value, "limits.max_body_bytes", 1024, 1<<30)
 		}
@@ -417,7 +420,7 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 		}
 	}
 	if f, ok := fs["listen"]; ok {
-		lf := r.fields(f.value, "listen", "http", "grpc", "tls_cert", "tls_key")
+		lf := r.section(f.value, "listen")
 		get := func(k string) string {
 			if v, ok := lf[k]; ok {
 				s, _ := r.str(v.value, "listen."+k)
@@ -442,7 +445,7 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 // breaker reads failure.breaker: the circuit breaker's settings, each
 // within the bounds failure.Policy accepts.
 func (r *reader) breaker(n *yaml.Node, b *failure.Breaker) {
-	bf := r.fields(n, "failure.breaker", "disabled", "window", "min_calls", "failure_ratio", "open_for")
+	bf := r.section(n, "failure.breaker")
 	if v, ok := bf["disabled"]; ok {
 		b.Disabled, _ = r.boolean(v.value, "failure.breaker.disabled")
 	}
@@ -675,8 +678,7 @@ func (r *reader) number(n *yaml.Node, path string) (json.Number, bool) {
 }
 
 func (r *reader) store(n *yaml.Node, s *Store) {
-	fs := r.fields(n, "store", "type", "url", "addrs", "master", "username", "password", "prefix",
-		"timeout", "max_keys", "hash_keys_secret", "batching", "over_limit_cache")
+	fs := r.section(n, "store")
 	str := func(k string) string {
 		if v, ok := fs[k]; ok {
 			s, _ := r.str(v.value, "store."+k)
@@ -698,7 +700,7 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 		}
 	}
 	if v, ok := fs["max_keys"]; ok {
-		n, _ := r.integer(v.value, "store.max_keys", 1, math.MaxInt32)
+		n, _ := r.integer(v.value, "store.max_keys", 0, math.MaxInt32)
 		s.MaxKeys = int(n)
 	}
 	if v, ok := fs["batching"]; ok {

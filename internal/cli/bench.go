@@ -90,8 +90,7 @@ Exit status: 0 done, 1 error (or every request failed), 2 usage error,
 
 func (e *environ) bench(args []string) int {
 	var f benchFlags
-	fs := e.flags("bench", "[flags]", benchAbout,
-		EnvURL+"  the service's HTTP address (http, and grpc's policy lookup)")
+	fs := e.flags("bench", "[flags]", benchAbout)
 	fs.StringVar(&f.target, "target", "redis", "the `target` to load: redis, http or grpc")
 	fs.StringVar(&f.host, "host", "127.0.0.1", "redis: the Redis `host`")
 	fs.IntVar(&f.port, "port", 6379, "redis: the Redis `port`")
@@ -185,11 +184,9 @@ func takesKey(es []bench.Entry) bool {
 	return false
 }
 
-// usageErr prints a usage error and returns exit status 2.
+// usageErr prints a usage error of bench and returns exit status 2.
 func (e *environ) usageErr(format string, args ...any) int {
-	fmt.Fprintf(e.stderr, "floodgate bench: "+format+"\n", args...)
-	fmt.Fprintln(e.stderr, "(floodgate bench --help lists the flags)")
-	return 2
+	return e.badUsage("bench", format, args...)
 }
 
 // benchConfig checks the workload flags and builds the run's Config

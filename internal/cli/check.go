@@ -15,8 +15,7 @@ func (e *environ) check(args []string) int {
 	fs := e.flags("check", "[--config PATH]",
 		"Validates a configuration and prints the policies and Envoy rules it defines. Every\n"+
 			"problem is printed, one per line, as file:line: field: problem; the exit status is 1\n"+
-			"when there is any. Without --config (or "+EnvConfig+") it checks the built-in one.",
-		EnvConfig+"  configuration file or directory")
+			"when there is any. Without --config (or "+EnvConfig+") it checks the built-in one.")
 	fs.StringVar(&path, "config", "", "configuration `file or directory`")
 	if code := e.parse(fs, args); code >= 0 {
 		return code

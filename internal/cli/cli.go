@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -17,19 +18,54 @@ import (
 )
 
 // Environment variables the commands read (flags win over them, and they
-// win over the configuration file).
+// win over the configuration file). The environment table below says
+// which commands read each, and what for.
 const (
-	EnvConfig        = "FLOODGATE_CONFIG"         // serve, check: the configuration file or directory
-	EnvHTTP          = "FLOODGATE_HTTP_ADDR"      // serve: the HTTP listen address
-	EnvGRPC          = "FLOODGATE_GRPC_ADDR"      // serve: the gRPC listen address
-	EnvRedisURL      = "FLOODGATE_REDIS_URL"      // serve: redis:// or rediss:// URL
-	EnvRedisCluster  = "FLOODGATE_REDIS_CLUSTER"  // serve: cluster seed nodes, comma separated
-	EnvRedisSentinel = "FLOODGATE_REDIS_SENTINEL" // serve: MASTER@host:port,host:port
-	EnvRedisPassword = "FLOODGATE_REDIS_PASSWORD" // serve: password of a cluster or of the master behind sentinels
-	EnvAdminToken    = "FLOODGATE_ADMIN_TOKEN"    // serve: the admin token; reset, keys: the token to send
-	EnvKeySecret     = "FLOODGATE_KEY_SECRET"     // serve: store HMACs of keys in Redis, with this secret
-	EnvURL           = "FLOODGATE_URL"            // allow, peek, reset, keys: the service's HTTP address
+	EnvConfig        = "FLOODGATE_CONFIG"
+	EnvHTTP          = "FLOODGATE_HTTP_ADDR"
+	EnvGRPC          = "FLOODGATE_GRPC_ADDR"
+	EnvRedisURL      = "FLOODGATE_REDIS_URL"
+	EnvRedisCluster  = "FLOODGATE_REDIS_CLUSTER"
+	EnvRedisSentinel = "FLOODGATE_REDIS_SENTINEL"
+	EnvRedisPassword = "FLOODGATE_REDIS_PASSWORD"
+	EnvAdminToken    = "FLOODGATE_ADMIN_TOKEN"
+	EnvKeySecret     = "FLOODGATE_KEY_SECRET"
+	EnvURL           = "FLOODGATE_URL"
 )
+
+// envVar documents one environment variable: each command's --help lists
+// those it reads, and docs/operations.md's table is generated from the
+// same list (a test keeps the two equal).
+type envVar struct {
+	name string
+	cmds []string // the commands that read it
+	doc  string
+}
+
+var environment = []envVar{
+	{EnvConfig, []string{"serve", "check"}, "the configuration file or directory"},
+	{EnvHTTP, []string{"serve"}, "the HTTP listen address, as --http"},
+	{EnvGRPC, []string{"serve"}, "the gRPC listen address, as --grpc"},
+	{EnvRedisURL, []string{"serve"}, "the Redis store, as --redis"},
+	{EnvRedisCluster, []string{"serve"}, "the Redis Cluster store, as --redis-cluster"},
+	{EnvRedisSentinel, []string{"serve"}, "the Redis store behind Sentinel, as --redis-sentinel"},
+	{EnvRedisPassword, []string{"serve"}, "the password of a cluster, or of the master behind sentinels"},
+	{EnvAdminToken, []string{"serve", "allow", "reset", "keys"}, "serve: the admin endpoints' bearer token (16+ characters); the others: the token to send"},
+	{EnvKeySecret, []string{"serve"}, "store an HMAC-SHA-256 of every key in Redis instead of the key (16+ bytes)"},
+	{EnvURL, []string{"allow", "peek", "reset", "keys", "bench"}, "the service's HTTP address (default " + defaultURL + ")"},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_*", []string{"serve"}, "export traces over OTLP/gRPC (OpenTelemetry's standard variables; off without them)"},
+}
+
+// envOf returns the environment variables cmd reads.
+func envOf(cmd string) []envVar {
+	var out []envVar
+	for _, v := range environment {
+		if slices.Contains(v.cmds, cmd) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
 
 // Main runs the command line of args (without the program name) and
 // returns the exit status: 0 success, 1 error, 2 usage error, 3 a
@@ -61,6 +97,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		return e.keys(args[1:])
 	case "bench":
 		return e.bench(args[1:])
+	case "config":
+		return e.configCmd(args[1:])
 	case "version", "--version", "-version":
 		return e.version(args[1:])
 	case "help", "-h", "--help", "-help":
@@ -86,6 +124,8 @@ Usage:
   floodgate reset   [flags] POLICY KEY  forget a key's state (admin)
   floodgate keys    [flags] POLICY      list a tracked policy's top keys (admin)
   floodgate bench   [flags]             load a limiter; report speed, latency and accuracy
+  floodgate config  defaults|env        print every configuration field at its default, or
+                                        the environment variables
   floodgate version                     print the version
 
 Run "floodgate COMMAND --help" for a command's flags. docs/operations.md is the manual.
@@ -100,26 +140,24 @@ type environ struct {
 }
 
 // flags returns a FlagSet whose --help prints the command's usage and
-// environment variables.
-func (e *environ) flags(name, synopsis, about string, envs ...string) *flag.FlagSet {
+// the environment variables it reads.
+func (e *environ) flags(name, synopsis, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet("floodgate "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprintf(w, "Usage: floodgate %s %s\n\n%s\n\nFlags:\n", name, synopsis, about)
 		printFlags(w, fs)
-		if len(envs) > 0 {
+		if envs := envOf(name); len(envs) > 0 {
 			fmt.Fprintln(w, "\nEnvironment (flags win over it):")
 			for _, v := range envs {
-				fmt.Fprintf(w, "  %s\n", v)
+				fmt.Fprintf(w, "  %s\n    \t%s\n", v.name, v.doc)
 			}
 		}
 	}
 	return fs
 }
 
-// printFlags lists fs's flags as flag.PrintDefaults does, but spelt with
-// two dashes, as the documentation writes them (both spellings work).
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		arg, help := flag.UnquoteUsage(f)
@@ -219,6 +257,13 @@ func (e *environ) env(flagValue, name string) string {
 		return flagValue
 	}
 	return strings.TrimSpace(e.getenv(name))
+}
+
+// badUsage prints a usage error of command cmd and returns exit status 2.
+func (e *environ) badUsage(cmd, format string, args ...any) int {
+	fmt.Fprintf(e.stderr, "floodgate %s: "+format+"\n", append([]any{cmd}, args...)...)
+	fmt.Fprintf(e.stderr, "(floodgate %s --help lists the flags)\n", cmd)
+	return 2
 }
 
 func (e *environ) errorf(format string, args ...any) int {

@@ -22,12 +22,8 @@ type clientFlags struct {
 }
 
 func (e *environ) clientFlags(name, synopsis, about string, admin bool) (*clientFlags, *flag.FlagSet) {
-	envs := []string{EnvURL + "  the service's address (default " + defaultURL + ")"}
-	if admin {
-		envs = append(envs, EnvAdminToken+"  the admin token to send")
-	}
 	c := &clientFlags{}
-	fs := e.flags(name, synopsis, about, envs...)
+	fs := e.flags(name, synopsis, about)
 	fs.StringVar(&c.url, "url", "", "the service's HTTP `address` (default "+defaultURL+")")
 	if admin {
 		fs.StringVar(&c.token, "token", "", "admin `token` (default from "+EnvAdminToken+")")

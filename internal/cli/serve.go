@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,8 +60,9 @@ type serveFlags struct {
 	debugAddr                                                 string
 }
 
-func (e *environ) serve(args []string) int {
-	var f serveFlags
+// serveFlagSet returns serve's flags, set into f (docs/operations.md's
+// table of them is generated from it).
+func (e *environ) serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs := e.flags("serve", "[flags]",
 		"Runs the rate limit service: the HTTP/JSON API and Envoy's gRPC rate limit API.\n"+
 			"With no flags: the memory store, HTTP on 127.0.0.1:8080, gRPC on 127.0.0.1:8081, and a\n"+
@@ -68,13 +70,7 @@ func (e *environ) serve(args []string) int {
 			"share state between replicas. SIGHUP, or a change of the configuration files, reloads\n"+
 			"the configuration (an invalid one is refused and the old one kept); SIGTERM turns\n"+
 			"/readyz to 503, keeps serving for --shutdown-delay, then drains requests in flight\n"+
-			"and stops.",
-		EnvConfig+"  configuration file or directory",
-		EnvHTTP+", "+EnvGRPC+"  listen addresses",
-		EnvRedisURL+", "+EnvRedisCluster+", "+EnvRedisSentinel+"  the Redis store",
-		EnvRedisPassword+"  password for a cluster, or for the master behind sentinels",
-		EnvAdminToken+"  bearer token of the admin endpoints (reset, keys)",
-		EnvKeySecret+"  store an HMAC of every key in Redis instead of the key (16+ bytes)")
+			"and stops.")
 	fs.StringVar(&f.config, "config", "", "configuration `file or directory` (YAML; Envoy domain files load as they are)")
 	fs.StringVar(&f.http, "http", "", "HTTP listen `address` (default from the configuration, else 127.0.0.1:8080)")
 	fs.StringVar(&f.grpc, "grpc", "", "gRPC listen `address` (default from the configuration, else 127.0.0.1:8081)")
@@ -91,6 +87,12 @@ func (e *environ) serve(args []string) int {
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve net/http/pprof on this `address` (off by default; keep it on loopback)")
 	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, answer /readyz with 503 (gRPC health NOT_SERVING) at once but keep serving\nfor this long before draining, so that load balancers stop sending first (Kubernetes: the time\nendpoints take to drop the pod)")
 	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the live dashboard at /dashboard on the HTTP listener (--dashboard=false: leave it out)")
+	return fs
+}
+
+func (e *environ) serve(args []string) int {
+	var f serveFlags
+	fs := e.serveFlagSet(&f)
 	if code := e.parse(fs, args); code >= 0 {
 		return code
 	}
@@ -98,11 +100,11 @@ func (e *environ) serve(args []string) int {
 		return e.errorf("serve takes no arguments, found %q", fs.Arg(0))
 	}
 	if f.accessLogSample < 0 || f.accessLogSample > 1 {
-		return e.usageErr("--access-log-sample %v: want a share from 0 to 1", f.accessLogSample)
+		return e.badUsage("serve", "--access-log-sample %v: want a share from 0 to 1", f.accessLogSample)
 	}
 	if f.debugAddr != "" {
 		if err := config.CheckAddr(f.debugAddr, true); err != nil {
-			return e.usageErr("--debug-addr: %v", err)
+			return e.badUsage("serve", "--debug-addr: %v", err)
 		}
 	}
 	log, err := newLogger(e.stderr, f.logFormat, f.logLevel)

@@ -1,0 +1,263 @@
+package config
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/floodgatehq/floodgate/failure"
+)
+
+// setting is one field of floodgate's own configuration format. The
+// schema below is the one place the format's fields are listed: the
+// parser takes each section's allowed keys from it, and DefaultsYAML
+// renders it with every field at its default and its comment.
+type setting struct {
+	key string
+	// doc is the field's comment: what it is, its forms, its bounds.
+	doc string
+	// value renders the field of a default configuration as YAML; nil for
+	// a section.
+	value func(*Config) string
+	// children are a section's fields.
+	children []setting
+}
+
+// DefaultPrefix is store.prefix's default, redisstore.DefaultPrefix (a
+// test in internal/cli keeps the two equal).
+const DefaultPrefix = "fg"
+
+// schema is floodgate's configuration format.
+var schema = []setting{
+	{key: "policies", doc: `named policies, each "NAME: TEXT" in the text form ("gcra 100/1s burst 10") or a mapping of SPEC.md's fields (algorithm, max, window, ...); docs/algorithms.md`,
+		value: func(*Config) string { return "{}" }},
+	{key: "store", doc: "where limiter state lives", children: []setting{
+		{key: "type", doc: "memory | redis | redis-cluster | redis-sentinel; inferred from url, addrs or master when left out",
+			value: func(c *Config) string { return c.Store.Type }},
+		{key: "url", doc: "type redis: redis://[user:password@]host:port[/db], rediss:// for TLS",
+			value: func(c *Config) string { return quote(c.Store.URL) }},
+		{key: "addrs", doc: "type redis-cluster: the seed nodes; redis-sentinel: the sentinels; host:port each",
+			value: func(c *Config) string { return "[" + strings.Join(c.Store.Addrs, ", ") + "]" }},
+		{key: "master", doc: "type redis-sentinel: the master's name",
+			value: func(c *Config) string { return quote(c.Store.Master) }},
+		{key: "username", doc: "a cluster's, or the master's behind sentinels (a url carries its own)",
+			value: func(c *Config) string { return quote(c.Store.Username) }},
+		{key: "password", doc: "the same; better: FLOODGATE_REDIS_PASSWORD",
+			value: func(c *Config) string { return quote(c.Store.Password) }},
+		{key: "prefix", doc: "every Redis key starts with it: letters, digits and _ . - / :",
+			value: func(c *Config) string { return or(c.Store.Prefix, DefaultPrefix) }},
+		{key: "timeout", doc: "bound on each store call, 1ms to " + MaxTimeout.String() + "; beyond it the failure mode decides",
+			value: func(c *Config) string { return duration(c.Store.Timeout) }},
+		{key: "max_keys", doc: "memory store: 0 is unbounded; beyond it, a full shard evicts the sampled key closest to its own expiry",
+			value: func(c *Config) string { return strconv.Itoa(c.Store.MaxKeys) }},
+		{key: "hash_keys_secret", doc: "Redis: store an HMAC-SHA-256 of every key instead of the key (16+ bytes); better: FLOODGATE_KEY_SECRET",
+			value: func(c *Config) string { return quote(c.Store.HashKeysSecret) }},
+		{key: "batching", doc: "pipeline concurrent decisions to Redis",
+			value: func(c *Config) string { return strconv.FormatBool(c.Store.Batching) }},
+		{key: "over_limit_cache", doc: "answer keys already over a fixed window's limit locally until the window ends",
+			value: func(c *Config) string { return strconv.FormatBool(c.Store.OverLimitCache) }},
+	}},
+	{key: "failure", doc: "what a decision becomes when the store fails or exceeds store.timeout", children: []setting{
+		{key: "mode", doc: "open (allow) | closed (deny with Retry-After) | fallback (decide on a local memory store)",
+			value: func(c *Config) string { return c.Failure.Mode.String() }},
+		{key: "retry_after", doc: "Retry-After of a fail-closed denial, whole seconds",
+			value: func(c *Config) string { return duration(c.Failure.RetryAfter) }},
+		{key: "breaker", doc: "one circuit breaker per store node (a Cluster master)", children: []setting{
+			{key: "disabled", doc: "true: every call goes to the store, however it fails",
+				value: func(c *Config) string { return strconv.FormatBool(c.Failure.Breaker.Disabled) }},
+			{key: "window", doc: "1s to 10m: how far back calls count",
+				value: func(c *Config) string { return duration(orDuration(c.Failure.Breaker.Window, failure.DefaultWindow)) }},
+			{key: "min_calls", doc: "the fewest calls in the window to judge a node by",
+				value: func(c *Config) string {
+					return strconv.Itoa(orInt(c.Failure.Breaker.MinCalls, failure.DefaultMinCalls))
+				}},
+			{key: "failure_ratio", doc: "above 0, at most 1: the share of failed calls in the window that opens it",
+				value: func(c *Config) string {
+					r := c.Failure.Breaker.FailureRatio
+					if r == 0 {
+						r = failure.DefaultFailureRatio
+					}
+					return strconv.FormatFloat(r, 'g', -1, 64)
+				}},
+			{key: "open_for", doc: "10ms to 1m: how long it stays open; then one probe call goes through",
+				value: func(c *Config) string { return duration(orDuration(c.Failure.Breaker.OpenFor, failure.DefaultOpenFor)) }},
+		}},
+	}},
+	{key: "admin", doc: "the admin endpoints (/v1/reset, /v1/keys)", children: []setting{
+		{key: "token", doc: "the bearer token they need, 16+ characters; empty: they answer only on a loopback listener; better: FLOODGATE_ADMIN_TOKEN",
+			value: func(c *Config) string { return quote(c.Admin.Token) }},
+	}},
+	{key: "limits", doc: "bounds on requests to the service (not rate limits)", children: []setting{
+		{key: "max_body_bytes", doc: "request bodies, HTTP and gRPC: 1024 to 1073741824",
+			value: func(c *Config) string { return strconv.FormatInt(c.Bounds.MaxBodyBytes, 10) }},
+		{key: "max_batch", doc: "items per /v1/check or /v1/peek: 1 to 100000",
+			value: func(c *Config) string { return strconv.Itoa(c.Bounds.MaxBatch) }},
+		{key: "max_key_bytes", doc: "a key's length: 1 to 1048576",
+			value: func(c *Config) string { return strconv.Itoa(c.Bounds.MaxKeyBytes) }},
+		{key: "max_descriptors", doc: "descriptors per Envoy request: 1 to 10000",
+			value: func(c *Config) string { return strconv.Itoa(c.Bounds.MaxDescriptors) }},
+	}},
+	{key: "listen", doc: "the service's addresses (--http and --grpc win)", children: []setting{
+		{key: "http", doc: "the HTTP/JSON API, host:port; :0 picks a free port",
+			value: func(c *Config) string { return c.Listen.HTTP }},
+		{key: "grpc", doc: "Envoy's gRPC rate limit API, host:port",
+			value: func(c *Config) string { return c.Listen.GRPC }},
+		{key: "tls_cert", doc: "PEM certificate file: serve gRPC over TLS (with tls_key: both or neither)",
+			value: func(c *Config) string { return quote(c.Listen.TLSCert) }},
+		{key: "tls_key", doc: "PEM private key file of tls_cert",
+			value: func(c *Config) string { return quote(c.Listen.TLSKey) }},
+	}},
+	{key: "envoy", doc: "envoyproxy/ratelimit's settings that change answers (its environment variables)", children: []setting{
+		{key: "shadow_mode", doc: "SHADOW_MODE: statuses say OVER_LIMIT, the overall code is OK",
+			value: func(c *Config) string { return strconv.FormatBool(c.Envoy.ShadowMode) }},
+		{key: "merge_domains", doc: "MERGE_DOMAIN_CONFIG: merge files of one domain instead of refusing them",
+			value: func(c *Config) string { return strconv.FormatBool(c.Envoy.MergeDomains) }},
+		{key: "response_headers", doc: "add the binding descriptor's RateLimit fields to response_headers_to_add",
+			value: func(c *Config) string { return strconv.FormatBool(c.Envoy.ResponseHeaders) }},
+	}},
+}
+
+// section returns the fields of the section at path ("" for the top
+// level, "failure.breaker" for a nested one), or nil.
+func section(path string) []setting {
+	cur := schema
+	if path == "" {
+		return cur
+	}
+	for _, part := range strings.Split(path, ".") {
+		var next []setting
+		for _, s := range cur {
+			if s.key == part {
+				next = s.children
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		cur = next
+	}
+	return cur
+}
+
+// keys returns the keys of the section at path.
+func keys(path string) []string {
+	sec := section(path)
+	out := make([]string, len(sec))
+	for i, s := range sec {
+		out[i] = s.key
+	}
+	return out
+}
+
+// section reads a mapping whose keys are the schema's for path.
+func (r *reader) section(n *yaml.Node, path string) map[string]field {
+	return r.fields(n, path, keys(path)...)
+}
+
+// Defaults returns the configuration that an empty file gives: every field
+// at its default.
+func Defaults() *Config {
+	cfg, err := Parse()
+	if err != nil {
+		panic("config: the defaults do not parse: " + err.Error()) // a bug of this package
+	}
+	return cfg
+}
+
+// DefaultsYAML returns floodgate's configuration format as a YAML file
+// with every field at its default and a comment on each: what
+// "floodgate config defaults" prints, and docs/operations.md embeds.
+// Parsing it gives Defaults.
+func DefaultsYAML() []byte {
+	var b strings.Builder
+	b.WriteString("# floodgate's configuration: every field at its default (floodgate config defaults).\n")
+	b.WriteString("# Any field may be left out; unknown fields are errors. docs/operations.md explains each.\n")
+	render(&b, schema, Defaults(), 0)
+	return []byte(b.String())
+}
+
+// commentColumn is where comments start; width is where they wrap.
+const (
+	commentColumn = 31
+	width         = 100
+)
+
+func render(b *strings.Builder, settings []setting, c *Config, depth int) {
+	indent := strings.Repeat("  ", depth)
+	for _, s := range settings {
+		line := indent + s.key + ":"
+		if s.value != nil {
+			line += " " + s.value(c)
+		}
+		if depth == 0 && s.key != schema[0].key {
+			b.WriteString("\n")
+		}
+		writeCommented(b, line, s.doc)
+		if s.children != nil {
+			render(b, s.children, c, depth+1)
+		}
+	}
+}
+
+// writeCommented writes line with comment beside it, wrapped onto
+// continuation lines at the same column.
+func writeCommented(b *strings.Builder, line, comment string) {
+	col := max(commentColumn, len(line)+1)
+	words := strings.Fields(comment)
+	first := true
+	for len(words) > 0 {
+		cur := "# " + words[0]
+		words = words[1:]
+		for len(words) > 0 && col+len(cur)+1+len(words[0]) <= width {
+			cur += " " + words[0]
+			words = words[1:]
+		}
+		if first {
+			b.WriteString(line + strings.Repeat(" ", col-len(line)) + cur + "\n")
+			first = false
+		} else {
+			b.WriteString(strings.Repeat(" ", col) + cur + "\n")
+		}
+	}
+	if first {
+		b.WriteString(line + "\n")
+	}
+}
+
+func quote(s string) string { return strconv.Quote(s) }
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func orDuration(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+func orInt(n, def int) int {
+	if n == 0 {
+		return def
+	}
+	return n
+}
+
+// duration writes d as configuration durations are written: "50ms", "1s",
+// "1m30s", "1m", "1h".
+func duration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}

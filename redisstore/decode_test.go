@@ -9,25 +9,32 @@ import (
 )
 
 func TestDecode(t *testing.T) {
-	d, err := decode([]any{int64(0), int64(10), int64(3), int64(-1), int64(2500), int64(1)})
-	want := floodgate.Decision{Limit: 10, Remaining: 3, RetryAfter: floodgate.Never, ResetAfter: 2500 * time.Microsecond, Binding: 1}
+	pr := &prepared{limits: []int64{10, 20}}
+	d, err := decode([]any{int64(2), int64(3), int64(-1), int64(2500)}, pr)
+	want := floodgate.Decision{Limit: 20, Remaining: 3, RetryAfter: floodgate.Never, ResetAfter: 2500 * time.Microsecond, Binding: 1}
+	if err != nil || d != want {
+		t.Errorf("decode = %v, %v; want %v", d, err, want)
+	}
+	d, err = decode([]any{int64(1), int64(9), int64(0), int64(100)}, pr)
+	want = floodgate.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Microsecond}
 	if err != nil || d != want {
 		t.Errorf("decode = %v, %v; want %v", d, err, want)
 	}
 	for _, bad := range []any{
 		nil, "OK", int64(1), []any{}, []any{int64(1)},
-		[]any{int64(1), int64(1), int64(1), int64(0), int64(0)},                             // short
-		[]any{int64(1), int64(1), int64(1), int64(0), int64(0), int64(0), int64(0)},         // long
-		[]any{"1", int64(1), int64(1), int64(0), int64(0), int64(0)},                        // a string
-		[]any{int64(2), int64(1), int64(1), int64(0), int64(0), int64(0)},                   // allowed 2
-		[]any{int64(1), int64(1), int64(-5), int64(0), int64(0), int64(0)},                  // remaining < 0
-		[]any{int64(0), int64(1), int64(1), int64(-2), int64(0), int64(0)},                  // retry < -1
-		[]any{int64(0), int64(1), int64(1), int64(0), int64(-1), int64(0)},                  // reset < 0
-		[]any{int64(0), int64(1), int64(1), int64(0), int64(0), int64(floodgate.MaxLimits)}, // binding out of range
-		[]any{int64(0), int64(1), int64(1), int64(0), int64(0), nil},
-		[]any{int64(0), int64(1), int64(1), int64(0), int64(0), 1.5},
+		[]any{int64(1), int64(1), int64(0)},                     // short
+		[]any{int64(1), int64(1), int64(0), int64(0), int64(0)}, // long
+		[]any{"1", int64(1), int64(0), int64(0)},                // a string
+		[]any{int64(-1), int64(1), int64(0), int64(0)},          // code < 0
+		[]any{int64(4), int64(1), int64(0), int64(0)},           // binding 2 of 2 limits
+		[]any{int64(1), int64(-5), int64(0), int64(0)},          // remaining < 0
+		[]any{int64(0), int64(1), int64(-2), int64(0)},          // retry < -1
+		[]any{int64(1), int64(1), int64(5), int64(0)},           // allowed with a retry
+		[]any{int64(0), int64(1), int64(0), int64(-1)},          // reset < 0
+		[]any{int64(0), int64(1), int64(0), nil},
+		[]any{int64(0), int64(1), int64(0), 1.5},
 	} {
-		if _, err := decode(bad); !errors.Is(err, floodgate.ErrUnavailable) {
+		if _, err := decode(bad, pr); !errors.Is(err, floodgate.ErrUnavailable) {
 			t.Errorf("decode(%#v) = %v, want ErrUnavailable", bad, err)
 		}
 	}
@@ -36,13 +43,14 @@ func TestDecode(t *testing.T) {
 // FuzzDecode: no reply, however odd, makes decode panic; what it accepts
 // is a well-formed decision.
 func FuzzDecode(f *testing.F) {
-	f.Add(int64(1), int64(10), int64(3), int64(0), int64(100), int64(0), uint8(6), uint8(0))
-	f.Add(int64(0), int64(10), int64(0), int64(-1), int64(0), int64(2), uint8(6), uint8(3))
-	f.Fuzz(func(t *testing.T, a, b, c, d, e, g int64, n, kind uint8) {
-		vals := []int64{a, b, c, d, e, g}
+	f.Add(int64(1), int64(10), int64(0), int64(100), uint8(4), uint8(0))
+	f.Add(int64(2), int64(0), int64(-1), int64(0), uint8(4), uint8(3))
+	pr := &prepared{limits: []int64{10, 20, 30}}
+	f.Fuzz(func(t *testing.T, a, b, c, d int64, n, kind uint8) {
+		vals := []int64{a, b, c, d}
 		reply := make([]any, 0, 8)
-		for i := 0; i < int(n%9); i++ {
-			var v any = vals[i%6]
+		for i := 0; i < int(n%7); i++ {
+			var v any = vals[i%4]
 			switch (int(kind) + i) % 5 {
 			case 1:
 				v = "x"
@@ -53,14 +61,15 @@ func FuzzDecode(f *testing.F) {
 			}
 			reply = append(reply, v)
 		}
-		dec, err := decode(reply)
+		dec, err := decode(reply, pr)
 		if err != nil {
 			if !errors.Is(err, floodgate.ErrUnavailable) {
 				t.Fatalf("decode error %v does not wrap ErrUnavailable", err)
 			}
 			return
 		}
-		if dec.Remaining < 0 || dec.ResetAfter < 0 || dec.RetryAfter < 0 || dec.Binding < 0 {
+		if dec.Remaining < 0 || dec.ResetAfter < 0 || dec.RetryAfter < 0 || dec.Binding < 0 || int(dec.Binding) >= len(pr.limits) ||
+			dec.Allowed && dec.RetryAfter != 0 || dec.Limit != pr.limits[dec.Binding] {
 			t.Fatalf("decode accepted %v as %v", reply, dec)
 		}
 	})

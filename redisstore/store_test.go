@@ -44,14 +44,25 @@ func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) 
 	return s
 }
 
+// paths are the two ways a store reaches its Lua: the function library
+// (FCALL, Redis ≥ 7.0) and the scripts of servers without functions
+// (EVALSHA), which redisstore.WithScripts forces on Redis 7.
+var paths = []struct {
+	name string
+	opts []redisstore.Option
+}{
+	{"Functions", nil},
+	{"Scripts", []redisstore.Option{redisstore.WithScripts()}},
+}
+
 // replayHarness runs the conformance suite through c with a caller-given
 // clock (keys live at least an hour of real time: the replayed clock jumps
-// while the server's does not).
-func replayHarness(c redis.UniversalClient, keys func() int) floodgatetest.Harness {
+// while the server's does not) and the store options opts.
+func replayHarness(c redis.UniversalClient, keys func() int, opts ...redisstore.Option) floodgatetest.Harness {
 	return floodgatetest.Harness{
 		NewStore: func(t *testing.T, clock floodgate.Clock) floodgate.Store {
 			prefix := fmt.Sprintf("t%d", rand.Uint32())
-			return newStore(t, c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(prefix))
+			return newStore(t, c, append([]redisstore.Option{redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(prefix)}, opts...)...)
 		},
 		Keys:   func(floodgate.Store) int { return keys() },
 		Phases: 3,
@@ -72,14 +83,25 @@ func dbsize(t testing.TB, servers ...*redistest.Server) func() int {
 	}
 }
 
+// The conformance suite, the vectors among it, on both paths: functions
+// and scripts.
+
 func TestConformanceStandalone(t *testing.T) {
 	srv := redistest.StartServer(t)
-	floodgatetest.Run(t, replayHarness(client(t, srv), dbsize(t, srv)))
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			floodgatetest.Run(t, replayHarness(client(t, srv), dbsize(t, srv), path.opts...))
+		})
+	}
 }
 
 func TestConformanceCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	floodgatetest.Run(t, replayHarness(clusterClient(t, cl), dbsize(t, cl.Nodes...)))
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			floodgatetest.Run(t, replayHarness(clusterClient(t, cl), dbsize(t, cl.Nodes...), path.opts...))
+		})
+	}
 }
 
 // TestSentinel: decisions through a Sentinel failover client reach the
@@ -108,7 +130,7 @@ func TestSentinel(t *testing.T) {
 
 // differential runs seeded random sequences through memstore and store
 // and demands identical decisions.
-func differential(t *testing.T, c redis.UniversalClient, runs, ops int) {
+func differential(t *testing.T, c redis.UniversalClient, tag string, runs, ops int, opts ...redisstore.Option) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("FLOODGATE_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -121,7 +143,7 @@ func differential(t *testing.T, c redis.UniversalClient, runs, ops int) {
 		t.Fatal(err)
 	}
 	defer mem.Close()
-	red := newStore(t, c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(fmt.Sprintf("d%d", seed%1e6)))
+	red := newStore(t, c, append([]redisstore.Option{redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(fmt.Sprintf("d%d%s", seed%1e6, tag))}, opts...)...)
 	total := 0
 	for i := 0; i < runs; i++ {
 		total += floodgatetest.Differential(t, floodgatetest.RandChooser{R: rng}, mem, red, clock, fmt.Sprintf("diff%d", i), ops)
@@ -135,7 +157,9 @@ func TestDifferentialStandalone(t *testing.T) {
 	if testing.Short() {
 		runs = 40
 	}
-	differential(t, client(t, srv), runs, 150)
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) { differential(t, client(t, srv), path.name, runs, 150, path.opts...) })
+	}
 }
 
 func TestDifferentialCluster(t *testing.T) {
@@ -144,7 +168,9 @@ func TestDifferentialCluster(t *testing.T) {
 	if testing.Short() {
 		runs = 10
 	}
-	differential(t, clusterClient(t, cl), runs, 150)
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) { differential(t, clusterClient(t, cl), path.name, runs, 150, path.opts...) })
+	}
 }
 
 // FuzzDifferential lets the fuzzer choose policies and operations for

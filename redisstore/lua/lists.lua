@@ -1,7 +1,7 @@
 -- lists.lua: the bucket and entry lists of sliding_window and
--- sliding_log, after common.lua and before the algorithm's file (the other
--- scripts do without, which spares them defining these functions on
--- every call). Go twin: internal/algo/log.go.
+-- sliding_log, after common.lua and before the algorithm's file (the
+-- other algorithms' scripts do without, which spares them defining these
+-- functions on every call). Go twin: internal/algo/log.go.
 
 -- Lists of (T, N) entries, oldest at the head, as "T N" strings: the
 -- buckets of one sliding_window limit (T = bucket index) or the entries of

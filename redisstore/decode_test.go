@@ -20,8 +20,19 @@ func TestDecode(t *testing.T) {
 	if err != nil || d != want {
 		t.Errorf("decode = %v, %v; want %v", d, err, want)
 	}
+	// One integer: allowed, binding 1, remaining 7, reset 123456 µs.
+	d, err = decode(int64(1+2+32*(7+65536*123456)), pr)
+	want = floodgate.Decision{Allowed: true, Limit: 20, Remaining: 7, ResetAfter: 123456 * time.Microsecond, Binding: 1}
+	if err != nil || d != want {
+		t.Errorf("decode = %v, %v; want %v", d, err, want)
+	}
 	for _, bad := range []any{
-		nil, "OK", int64(1), []any{}, []any{int64(1)},
+		nil, "OK", []any{}, []any{int64(1)},
+		int64(0),                       // one integer: denied
+		int64(-1),                      // negative
+		int64(1 << 53),                 // beyond a double's integers
+		int64(1 + 4 + 32*(7+65536*12)), // binding 2 of 2 limits
+		[]any{int64(0), int64(1), int64(0), int64(5)},           // denied without a retry
 		[]any{int64(1), int64(1), int64(0)},                     // short
 		[]any{int64(1), int64(1), int64(0), int64(0), int64(0)}, // long
 		[]any{"1", int64(1), int64(0), int64(0)},                // a string
@@ -61,7 +72,11 @@ func FuzzDecode(f *testing.F) {
 			}
 			reply = append(reply, v)
 		}
-		dec, err := decode(reply, pr)
+		var r any = reply
+		if kind%7 == 6 {
+			r = a // one integer
+		}
+		dec, err := decode(r, pr)
 		if err != nil {
 			if !errors.Is(err, floodgate.ErrUnavailable) {
 				t.Fatalf("decode error %v does not wrap ErrUnavailable", err)
@@ -70,7 +85,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		if dec.Remaining < 0 || dec.ResetAfter < 0 || dec.RetryAfter < 0 || dec.Binding < 0 || int(dec.Binding) >= len(pr.limits) ||
 			dec.Allowed && dec.RetryAfter != 0 || dec.Limit != pr.limits[dec.Binding] {
-			t.Fatalf("decode accepted %v as %v", reply, dec)
+			t.Fatalf("decode accepted %v as %v", r, dec)
 		}
 	})
 }

@@ -434,24 +434,35 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// decode reads a reply, {code, remaining, retry_after, reset_after} with
-// code = allowed + 2 × binding (common.lua), checking every type and range
-// rather than trusting it; the limit is the binding limit's, from pr.
+// decode reads a reply (common.lua): one integer, code + 32 × (remaining
+// + 2^16 × reset_after), for an allowed decision that fits, else {code,
+// remaining, retry_after, reset_after}, with code = allowed + 2 × binding.
+// It checks every type and range rather than trusting them; the limit is
+// the binding limit's, from pr.
 func decode(reply any, pr *prepared) (floodgate.Decision, error) {
-	vals, ok := reply.([]any)
-	if !ok || len(vals) != 4 {
-		return floodgate.Decision{}, malformed(reply)
-	}
 	var n [4]int64
-	for i, v := range vals {
-		x, ok := v.(int64)
-		if !ok {
+	switch r := reply.(type) {
+	case int64:
+		if r < 0 || r >= 1<<53 || r&1 == 0 {
 			return floodgate.Decision{}, malformed(reply)
 		}
-		n[i] = x
+		n = [4]int64{r & 31, r >> 5 & (1<<16 - 1), 0, r >> 21}
+	case []any:
+		if len(r) != 4 {
+			return floodgate.Decision{}, malformed(reply)
+		}
+		for i, v := range r {
+			x, ok := v.(int64)
+			if !ok {
+				return floodgate.Decision{}, malformed(reply)
+			}
+			n[i] = x
+		}
+	default:
+		return floodgate.Decision{}, malformed(reply)
 	}
 	allowed, binding := n[0]&1 == 1, n[0]>>1
-	if n[0] < 0 || binding >= int64(len(pr.limits)) || n[1] < 0 || n[2] < -1 || n[3] < 0 || allowed && n[2] != 0 {
+	if n[0] < 0 || binding >= int64(len(pr.limits)) || n[1] < 0 || n[2] < -1 || n[3] < 0 || allowed != (n[2] == 0) {
 		return floodgate.Decision{}, malformed(reply)
 	}
 	d := floodgate.Decision{

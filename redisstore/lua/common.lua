@@ -27,11 +27,16 @@
 --            bytes in all); with 8 bytes the function reads the server's
 --            TIME
 --   peek     true for a peek: decide, write nothing
--- Reply: {code, remaining, retry_after µs (-1: never), reset_after µs},
--- all integers, code = allowed (1/0) + 2 × the binding limit's index
--- (0-based); the limit itself the caller knows from the policy. An error
--- reply "ERR floodgate: clock …" when the clock is outside 1970 to 2155,
--- where the arithmetic below is no longer exact.
+-- Reply, with code = allowed (1/0) + 2 × the binding limit's index
+-- (0-based; the limit itself the caller knows from the policy):
+--   an allowed decision with remaining < 2^16 and reset_after < 2^32 µs
+--     (71 minutes), most of them: one integer, code + 32 × (remaining +
+--     2^16 × reset_after), below 2^53 (a table costs Redis more to build
+--     and to reply than the rest of a decision's Lua);
+--   any other: {code, remaining, retry_after µs (-1: never), reset_after
+--     µs}, all integers.
+-- An error reply "ERR floodgate: clock …" when the clock is outside 1970 to
+-- 2155, where the arithmetic below is no longer exact.
 --
 -- Numbers here are IEEE doubles (Lua 5.1). Every integer kept is below
 -- 2^53 and exact; products that may pass 2^53 go through muldivmod, and
@@ -217,6 +222,11 @@ local function run(keys, args, peek, parse, decide)
     track(keys[p.nkeys + 1], now, n, allowed, expires, p)
   end
   local code = binding + binding
-  if allowed then code = code + 1 end
+  if allowed then
+    if remaining < 65536 and reset < 4294967296 then
+      return code + 1 + 32 * (remaining + 65536 * reset)
+    end
+    code = code + 1
+  end
   return {code, remaining, retry, reset}
 end

@@ -305,11 +305,18 @@ func TestPing(t *testing.T) {
 	}
 }
 
-// TestPreloadEveryNode: Preload puts the function library on every
+// TestReplicas: a cluster of 3 masters with a replica each (slow to
+// start, hence shared by the subtests).
+func TestReplicas(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
+	t.Run("PreloadEveryNode", func(t *testing.T) { testPreloadEveryNode(t, cl) })
+	t.Run("PeekOnReplica", func(t *testing.T) { testPeekOnReplica(t, cl) })
+}
+
+// testPreloadEveryNode: Preload puts the function library on every
 // master, and the replicas receive it from their masters; on the script
 // path it puts every script on every master.
-func TestPreloadEveryNode(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
+func testPreloadEveryNode(t *testing.T, cl *redistest.Cluster) {
 	ctx := context.Background()
 	s := newStore(t, clusterClient(t, cl))
 	if err := s.Preload(ctx); err != nil {
@@ -396,5 +403,70 @@ func TestClusterNodeDown(t *testing.T) {
 	t.Logf("with one master of three down: %d decided, %d unavailable", ok, down)
 	if ok == 0 || down == 0 {
 		t.Errorf("with one master of three down: %d decided, %d unavailable; want some of each", ok, down)
+	}
+}
+
+// testPeekOnReplica: with a cluster client that reads from replicas
+// (ClusterOptions.ReadOnly), a peek is an FCALL_RO, which go-redis sends
+// to a replica because COMMAND INFO flags it readonly; adds still go to
+// the masters. A replica lags its master, so the peek converges on the
+// count rather than seeing it at once.
+func testPeekOnReplica(t *testing.T, cl *redistest.Cluster) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, ReadOnly: true})
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c)
+	ctx := context.Background()
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := floodgate.Policy{Name: "replica", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour, Align: floodgate.AlignFirst}
+	keys := make([]string, 30) // on every master
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+		for j := 0; j < 3; j++ {
+			if d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: keys[i], N: 1}); err != nil || !d.Allowed {
+				t.Fatalf("add: %v, %v", d, err)
+			}
+		}
+	}
+	for _, key := range keys {
+		var d floodgate.Decision
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var err error
+			if d, err = s.Take(ctx, floodgate.Request{Policy: &p, Key: key, N: 1, Peek: true}); err != nil {
+				t.Fatal(err)
+			}
+			if d.Remaining == 96 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !d.Allowed || d.Remaining != 96 {
+			t.Errorf("peek of %s: %v, want allowed with 96 remaining once the replica caught up", key, d)
+		}
+	}
+	calls := func(n *redistest.Server, cmd string) int64 {
+		info, err := n.Do(t, "INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, found := strings.Cut(info.(string), "cmdstat_"+cmd+":calls=")
+		if !found {
+			return 0
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		x, _ := strconv.ParseInt(v, 10, 64)
+		return x
+	}
+	for i, m := range cl.Nodes {
+		r := cl.Replicas[i][0]
+		t.Logf("master %s: fcall %d, fcall_ro %d; replica %s: fcall_ro %d", m.Addr, calls(m, "fcall"), calls(m, "fcall_ro"), r.Addr, calls(r, "fcall_ro"))
+		if calls(m, "fcall") == 0 || calls(m, "fcall_ro") != 0 {
+			t.Errorf("master %s: %d FCALL, %d FCALL_RO; want the adds and no peek", m.Addr, calls(m, "fcall"), calls(m, "fcall_ro"))
+		}
+		if calls(r, "fcall_ro") == 0 || calls(r, "fcall") != 0 {
+			t.Errorf("replica %s: %d FCALL_RO, %d FCALL; want the peeks and no add", r.Addr, calls(r, "fcall_ro"), calls(r, "fcall"))
+		}
 	}
 }

@@ -25,3 +25,6 @@ func ScriptSHAs() []string {
 	}
 	return out
 }
+
+// LibrarySource returns the function library's source, for measurements.
+func LibrarySource() string { return library.src }

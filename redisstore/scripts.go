@@ -13,9 +13,10 @@ import (
 
 // The Lua twins of internal/algo: common.lua (what every algorithm
 // shares), lists.lua (the lists of sliding_window and sliding_log) and
-// one file per algorithm, each defining the local function <algorithm>(keys,
-// args, peek). Each file's header lists its keys, its parameters (with
-// units) and its state.
+// one file per algorithm, each defining <algorithm>_parse and
+// <algorithm>_decide, which common.lua's entry turns into the function a
+// call runs. Each file's header lists its keys, its parameters (with units)
+// and its state.
 //
 //go:embed lua/*.lua
 var luaFS embed.FS
@@ -58,8 +59,8 @@ var library = func() (lib struct {
 	for _, a := range floodgate.Algorithms() {
 		decide, peek := "fg_"+digest+"_"+a.String(), "fg_"+digest+"_"+a.String()+"_ro"
 		lib.fns[a] = [2]string{decide, peek}
-		fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=function(keys, args) return %s(keys, args, false) end}\n", decide, a)
-		fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=function(keys, args) return %s(keys, args, true) end, flags={'no-writes'}}\n", peek, a)
+		fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=entry(%s_parse, %[2]s_decide, false)}\n", decide, a)
+		fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=entry(%s_parse, %[2]s_decide, true), flags={'no-writes'}}\n", peek, a)
 	}
 	lib.src = "#!lua name=" + lib.name + "\n" + body.String() + "\n" + reg.String()
 	return lib
@@ -78,7 +79,7 @@ func newScript(a floodgate.Algorithm, peek bool) *script {
 	for _, p := range preludes[a] {
 		parts = append(parts, luaFile(p))
 	}
-	parts = append(parts, luaFile(a.String()), fmt.Sprintf("return %s(KEYS, ARGV, %v)\n", a, peek))
+	parts = append(parts, luaFile(a.String()), fmt.Sprintf("return entry(%s_parse, %[1]s_decide, %v)(KEYS, ARGV)\n", a, peek))
 	src := strings.Join(parts, "\n")
 	sum := sha1.Sum([]byte(src))
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}

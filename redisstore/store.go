@@ -5,16 +5,40 @@
 //
 // # How a decision is made
 //
-// Each decision is one Lua script call (EVALSHA, with one reload on
-// NOSCRIPT), the Lua twin of floodgate's Go algorithm, reading the server's
-// clock (TIME) and writing the key's state in one atomic step. All keys of
-// one (policy, key) share one hash tag:
+// Each decision is one call of a Redis function (FCALL; FCALL_RO for a
+// peek), the Lua twin of floodgate's Go algorithm, reading the server's
+// clock (TIME, unless WithClock gives the time) and writing the key's state
+// in one atomic step. All keys of one (policy, key) share one hash tag:
 //
 //	<prefix>:{<policy>:<key>}:<part>
 //
 // so each decision touches a single Redis Cluster slot. Every key written
 // carries a TTL of the state's own horizon (rounded up to the millisecond).
-// Scripts are loaded on every node by Preload and reloaded on NOSCRIPT.
+//
+// The functions form one library, loaded once per master by Preload (or
+// by the first call that finds it missing); replicas receive it from
+// their masters. Its name and its functions' names carry a digest of its
+// source, so two versions of floodgate sharing one Redis do not replace
+// each other's. A call that finds its function missing (after FUNCTION
+// FLUSH, or a restart of a server without persistence) did not run: it is
+// sent again as EVAL of the same Lua as a script, and the library is
+// loaded again. On a server without functions (Redis before 7.0, or a
+// proxy that does not pass FCALL) the store switches, once and for good,
+// to the same Lua as scripts (EVALSHA, EVAL on NOSCRIPT); that path needs
+// Redis 6.0 or later.
+//
+// # Reading from replicas
+//
+// A peek writes nothing, so it is an FCALL_RO of a function registered
+// with the no-writes flag, which go-redis counts as a read-only command
+// (COMMAND INFO flags it readonly). A client built to read from replicas
+// (ClusterOptions.ReadOnly, with RouteRandomly or RouteByLatency if
+// wanted; for Sentinel, FailoverOptions.ReplicaOnly or RouteRandomly with
+// NewFailoverClusterClient) then sends peeks to replicas and adds to the
+// masters. A replica lags its master: a peek served by one may see a count
+// from a moment ago, so it can answer "allowed" where the master would
+// deny, or report more remaining. Adds are never affected. On the script
+// path peeks go to the masters.
 //
 // # Retries
 //

@@ -4,11 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
+	"os/exec"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/redisstore"
 )
 
 // callCase is one contender of the per-call measurement: a limiter and
@@ -22,15 +28,26 @@ type callCase struct {
 	new     func(ctx context.Context, c *redis.Client) (limiter, error)
 }
 
-// callCases are the per-call contenders: each floodgate algorithm with
-// limits out of reach (every decision allowed, a key's state living
-// through the run) and the peers' scripts. floodgate reads the server's
-// TIME, as the peers do.
+// callParams: every decision of a run allowed (a run makes 11 requests
+// per key), each key's state living through the run, and limits of the
+// size policies have (at most 65,535 remaining, windows within 71
+// minutes), for which floodgate replies with one integer.
+var callParams = params{
+	gcra:  gcraParams{count: 1000, period: time.Hour, burst: 50_000},
+	fixed: fixedParams{max: 50_000, window: time.Hour},
+}
+
+// callCases are the per-call contenders: each floodgate algorithm and
+// the peers' scripts, with callParams or limits of the same size, and
+// floodgate's gcra and fixed_window again with loadParams (limits of 10^6
+// and 10^9, past one integer's reply: floodgate replies with an array).
+// floodgate reads the server's TIME, as the peers do, except in the rows
+// "caller's clock".
 func callCases(fgCommand string) []callCase {
-	p := loadParams
-	fg := func(name, text string) callCase {
+	p := callParams
+	fg := func(name, text string, opts ...redisstore.Option) callCase {
 		return callCase{name: name, policy: text, command: fgCommand, new: func(ctx context.Context, c *redis.Client) (limiter, error) {
-			return newFloodgate(ctx, c, text)
+			return newFloodgate(ctx, c, text, opts...)
 		}}
 	}
 	peer := func(lib library, policy, command string) callCase {
@@ -41,10 +58,14 @@ func callCases(fgCommand string) []callCase {
 	return []callCase{
 		fg("floodgate gcra", gcraText(p.gcra)),
 		fg("floodgate fixed_window", fixedText(p.fixed)),
-		fg("floodgate token_bucket", "token_bucket 1000000000/1h burst 1000000"),
-		fg("floodgate sliding_window", "sliding_window 1000000000/1h resolution 1m"),
-		fg("floodgate sliding_log", "sliding_log 1000000000/1h"),
-		fg("floodgate ar1", "ar1 1000000000/1h decay 2"),
+		fg("floodgate token_bucket", "token_bucket 50000/1h burst 50000"),
+		fg("floodgate sliding_window", "sliding_window 50000/1h resolution 1m"),
+		fg("floodgate sliding_log", "sliding_log 50000/1h"),
+		fg("floodgate ar1", "ar1 50000/1h decay 2"),
+		fg("floodgate gcra, caller's clock", gcraText(p.gcra), redisstore.WithClock(floodgate.SystemClock{})),
+		fg("floodgate fixed_window, caller's clock", fixedText(p.fixed), redisstore.WithClock(floodgate.SystemClock{})),
+		fg("floodgate gcra, array reply", gcraText(loadParams.gcra)),
+		fg("floodgate fixed_window, array reply", fixedText(loadParams.fixed)),
 		peer(redisRateLib(), fmt.Sprintf("GCRA Limit{Rate: %d, Period: %s, Burst: %d}", p.gcra.count, p.gcra.period, p.gcra.burst), "evalsha"),
 		peer(ululeLib(), fmt.Sprintf("fixed window Rate{Period: %s, Limit: %d}", p.fixed.window, p.fixed.max), "evalsha"),
 		peer(throttledLib(), fmt.Sprintf("GCRA RateQuota{MaxRate: PerHour(%d), MaxBurst: %d}", p.gcra.count, p.gcra.burst-1), "eval"),
@@ -63,7 +84,11 @@ type callResult struct {
 // and limiter, one request for each of keys (not measured), CONFIG
 // RESETSTAT, then calls decisions from conc goroutines on keys chosen
 // uniformly; the figure of a run is its command's usec_per_call.
-func measureCalls(ctx context.Context, admin *redis.Client, addr string, cases []callCase, keys []string, calls, conc, runs int) ([]callResult, error) {
+//
+// hook, when set, is run (sh -c) with the argument "start" before and
+// "stop" after each run's measured calls: to zero and dump callgrind's
+// counters of a redis-server run under valgrind, say.
+func measureCalls(ctx context.Context, admin *redis.Client, addr string, cases []callCase, keys []string, calls, conc, runs int, hook string) ([]callResult, error) {
 	var out []callResult
 	for _, cc := range cases {
 		r := callResult{name: cc.name, policy: cc.policy, command: cc.command}
@@ -86,6 +111,7 @@ func measureCalls(ctx context.Context, admin *redis.Client, addr string, cases [
 				c.Close()
 				return nil, err
 			}
+			runHook(hook, "start")
 			var wg sync.WaitGroup
 			errs := make(chan error, conc)
 			for g := range conc {
@@ -109,6 +135,7 @@ func measureCalls(ctx context.Context, admin *redis.Client, addr string, cases [
 				}()
 			}
 			wg.Wait()
+			runHook(hook, "stop")
 			c.Close()
 			close(errs)
 			if err := <-errs; err != nil {
@@ -154,4 +181,13 @@ func printCalls(w io.Writer, rs []callResult, calls, conc, nkeys int) {
 		fmt.Fprintf(w, "| %s | `%s` | %s | %.2f | %s | %s |\n", r.name, r.policy, r.command, r.usPerCall, strings.Join(all, " "), r.others)
 	}
 	fmt.Fprintln(w)
+}
+
+func runHook(hook, arg string) {
+	if hook == "" {
+		return
+	}
+	if out, err := exec.Command("sh", "-c", hook+" "+arg).CombinedOutput(); err != nil {
+		log.Printf("hook %s %s: %v\n%s", hook, arg, err, out)
+	}
 }

@@ -64,6 +64,7 @@ func main() {
 		callsConc  = flag.Int("calls-conc", 16, "calls: goroutines")
 		callsRuns  = flag.Int("calls-runs", 5, "calls: runs per contender (the best is reported)")
 		fgCommand  = flag.String("fg-command", "fcall", "calls: the command floodgate's decisions send (fcall; evalsha for a version before Redis Functions)")
+		callsHook  = flag.String("calls-hook", "", "calls: a command run (sh -c) with the argument start before, and stop after, each run's measured calls")
 	)
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -117,7 +118,7 @@ func main() {
 		for i := range keys {
 			keys[i] = userKey(i)
 		}
-		rs, err := measureCalls(ctx, admin, srv.Addr, cs, keys, *calls, *callsConc, *callsRuns)
+		rs, err := measureCalls(ctx, admin, srv.Addr, cs, keys, *calls, *callsConc, *callsRuns, *callsHook)
 		admin.Close()
 		srv.Stop()
 		must(err)

@@ -134,7 +134,3 @@ local function ar1_decide(keys, p, now, n, peek)
   end
   return allowed, remaining, retry, reset, binding, expires
 end
-
-local function ar1(keys, args, peek)
-  return run(keys, args, peek, ar1_parse, ar1_decide)
-end

@@ -10,10 +10,10 @@
 --     node, not per call, and the parameter cache P lives across calls;
 --   a script per algorithm and mode (EVALSHA, for servers without
 --     functions): this file, the preludes its algorithm needs and its file,
---     then "return <algorithm>(KEYS, ARGV, <peek>)". There everything here
---     is created anew on every call.
+--     then "return entry(<parse>, <decide>, <peek>)(KEYS, ARGV)". There
+--     everything here is created anew on every call.
 --
--- Every algorithm is called as f(keys, args, peek):
+-- Every algorithm's function (see entry) is called as f(keys, args):
 --   keys     the algorithm's state keys, all under the same hash tag (one
 --            cluster slot), then, when the policy tracks usage, the usage
 --            hash <prefix>:{<policy>:<key>}:u
@@ -26,7 +26,7 @@
 --            time, by now in µs since the Unix epoch, also a double (16
 --            bytes in all); with 8 bytes the function reads the server's
 --            TIME
---   peek     true for a peek: decide, write nothing
+-- and peeks (decides, writes nothing) or decides, as registered.
 -- Reply, with code = allowed (1/0) + 2 × the binding limit's index
 -- (0-based; the limit itself the caller knows from the policy):
 --   an allowed decision with remaining < 2^16 and reset_after < 2^32 µs
@@ -41,9 +41,10 @@
 -- Numbers here are IEEE doubles (Lua 5.1). Every integer kept is below
 -- 2^53 and exact; products that may pass 2^53 go through muldivmod, and
 -- counts or times that absurd costs recorded with count_denied push past
--- 2^53-1 saturate there, exactly as the Go twin does. A number handed to
--- redis.call is formatted with %.17g, which costs more than the rest of a
--- decision's arithmetic: every number sent to Redis goes through fmt.
+-- 2^53-1 saturate there, exactly as the Go twin does. Formatting a number
+-- for Redis costs about as much as a redis.call's own work, so the code
+-- sends as few as it can: a TTL that does not change is kept (KEEPTTL)
+-- rather than sent again.
 --
 -- A Redis function's top level may only define: the standard libraries
 -- (math, string, struct, …) are reached at call time, never here.
@@ -197,36 +198,42 @@ local function track(key, now, n, allowed, expires, p)
   redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl))
 end
 
--- run is every algorithm's body: it reads the parameters and the call,
--- checks the clock, lets the algorithm decide (decide(keys, p, now, n,
--- peek) returns allowed, remaining, retry_after, reset_after, binding and
--- the state's expiry after the call, 0 for none), tracks usage and
--- replies. parse sets p.nkeys, the number of state keys; the usage hash
--- follows them.
-local function run(keys, args, peek, parse, decide)
-  local p = params(args[1], parse)
-  local call = args[2]
-  local n, now
-  if #call == 16 then
-    n, now = struct.unpack('<d<d', call)
-  else
-    n = struct.unpack('<d', call)
-    local t = redis.call('TIME')
-    now = t[1] * 1000000 + t[2]
-  end
-  if now < 0 or now > MAXNOW then
-    return redis.error_reply('ERR floodgate: clock reads ' .. fmt(now) .. ' µs, outside 1970 to 2155')
-  end
-  local allowed, remaining, retry, reset, binding, expires = decide(keys, p, now, n, peek)
-  if p.track and not peek then
-    track(keys[p.nkeys + 1], now, n, allowed, expires, p)
-  end
-  local code = binding + binding
-  if allowed then
-    if remaining < 65536 and reset < 4294967296 then
-      return code + 1 + 32 * (remaining + 65536 * reset)
+-- entry returns the function of an algorithm, deciding or peeking: the
+-- body every call runs. It reads the parameters (parse(f, p) adds the
+-- algorithm's to p, and sets p.nkeys, the number of state keys; the usage
+-- hash follows them) and the call, checks the clock, lets the algorithm
+-- decide (decide(keys, p, now, n, peek) returns allowed, remaining,
+-- retry_after, reset_after, binding and the state's expiry after the
+-- call, 0 for none), tracks usage and replies. parse, decide and peek are
+-- upvalues, so a call goes through no wrapper: function calls are a good
+-- part of what Lua costs here.
+local function entry(parse, decide, peek)
+  return function(keys, args)
+    local p = P[args[1]]
+    if not p then p = params(args[1], parse) end
+    local call = args[2]
+    local n, now
+    if #call == 16 then
+      n, now = struct.unpack('<dd', call)
+    else
+      n = struct.unpack('<d', call)
+      local t = redis.call('TIME')
+      now = t[1] * 1000000 + t[2]
     end
-    code = code + 1
+    if now < 0 or now > MAXNOW then
+      return redis.error_reply('ERR floodgate: clock reads ' .. fmt(now) .. ' µs, outside 1970 to 2155')
+    end
+    local allowed, remaining, retry, reset, binding, expires = decide(keys, p, now, n, peek)
+    if p.track and not peek then
+      track(keys[p.nkeys + 1], now, n, allowed, expires, p)
+    end
+    local code = binding + binding
+    if allowed then
+      if remaining < 65536 and reset < 4294967296 then
+        return code + 1 + 32 * (remaining + 65536 * reset)
+      end
+      code = code + 1
+    end
+    return {code, remaining, retry, reset}
   end
-  return {code, remaining, retry, reset}
 end

@@ -2,7 +2,7 @@
 -- internal/algo/fixedwindow.go.
 --
 -- keys[1]  the state: the window's start, the count and t_last (µs) as
---          three little-endian doubles (struct '<d<d<d', 24 bytes: one
+--          three little-endian doubles (struct '<ddd', 24 bytes: one
 --          48-byte allocation in Redis). Its TTL is the window's end, set
 --          when the window opens and kept (KEEPTTL) by the adds within it.
 -- args[1]  "fw <common> <max> <window µs> <align: first or epoch>": max an
@@ -21,7 +21,7 @@ local function fixed_window_decide(keys, p, now, n, peek)
   local raw = redis.call('GET', key)
   if raw and #raw == 24 then
     has = true
-    start, count, tlast = struct.unpack('<d<d<d', raw)
+    start, count, tlast = struct.unpack('<ddd', raw)
   end
   if has and now < tlast then now = tlast end -- rule 1: the clock went back
 
@@ -33,7 +33,10 @@ local function fixed_window_decide(keys, p, now, n, peek)
   local allowed = n <= max - count
   local record = allowed or p.cd
   local after = count
-  if record then after = satadd(count, n) end
+  if record then
+    after = count + n
+    if after > MAXS then after = MAXS end -- satadd, inline
+  end
   local remaining = max - after
   if remaining < 0 then remaining = 0 end
   local reset, expires = 0, 0
@@ -46,7 +49,7 @@ local function fixed_window_decide(keys, p, now, n, peek)
     if n > max then retry = -1 else retry = reset end
   end
   if record and not peek then
-    local v = struct.pack('<d<d<d', start, after, now)
+    local v = struct.pack('<ddd', start, after, now)
     if live then
       redis.call('SET', key, v, 'KEEPTTL') -- the window, and so its end, is the same
     else
@@ -54,8 +57,4 @@ local function fixed_window_decide(keys, p, now, n, peek)
     end
   end
   return allowed, remaining, retry, reset, 0, expires
-end
-
-local function fixed_window(keys, args, peek)
-  return run(keys, args, peek, fixed_window_parse, fixed_window_decide)
 end

@@ -5,7 +5,7 @@
 -- µs); products that may pass 2^53 go through muldivmod.
 --
 -- keys[1]  the state: TAT, FRAC, t_last (µs) and the rate's count as four
---          signed 7-byte big-endian integers (struct '>i7>i7>i7>i7', 28
+--          signed 7-byte big-endian integers (struct '>i7i7i7i7', 28
 --          bytes: one 48-byte allocation in Redis). A state that names
 --          another count means nothing here and is ignored (FRAC is in
 --          1/count µs), as memstore starts afresh when the count changes.
@@ -41,7 +41,7 @@ local function gcra_decide(keys, p, now, n, peek)
   local has, TAT, FRAC, tlast = false, 0, 0, 0
   local raw = redis.call('GET', key)
   if raw and #raw == 28 then
-    local q, r, l, c = struct.unpack('>i7>i7>i7>i7', raw)
+    local q, r, l, c = struct.unpack('>i7i7i7i7', raw)
     if c == count then has, TAT, FRAC, tlast = true, q, r, l end
   end
   if has and now < tlast then now = tlast end -- rule 1
@@ -87,11 +87,7 @@ local function gcra_decide(keys, p, now, n, peek)
     end
   end
   if record and not peek then
-    redis.call('SET', key, struct.pack('>i7>i7>i7>i7', tq, tr, now, count), 'PX', ttl_ms(expires, now, p.min_ttl))
+    redis.call('SET', key, struct.pack('>i7i7i7i7', tq, tr, now, count), 'PX', ttl_ms(expires, now, p.min_ttl))
   end
   return allowed, remaining, retry, reset, 0, expires
-end
-
-local function gcra(keys, args, peek)
-  return run(keys, args, peek, gcra_parse, gcra_decide)
 end

@@ -74,7 +74,3 @@ local function sliding_log_decide(keys, p, now, n, peek)
   end
   return allowed, remaining, retry, reset, 0, expires
 end
-
-local function sliding_log(keys, args, peek)
-  return run(keys, args, peek, sliding_log_parse, sliding_log_decide)
-end

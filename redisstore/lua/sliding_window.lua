@@ -104,7 +104,3 @@ local function sliding_window_decide(keys, p, now, n, peek)
   end
   return allowed, remaining, retry, reset, binding, expires
 end
-
-local function sliding_window(keys, args, peek)
-  return run(keys, args, peek, sliding_window_parse, sliding_window_decide)
-end

@@ -26,7 +26,7 @@ local function token_bucket_decide(keys, p, now, n, peek)
   local has, created_s, tlast, Q, R = false, 0, 0, 0, 0
   local raw = redis.call('GET', key)
   if raw and #raw == 35 then
-    local c, l, q, r, sw = struct.unpack('>i7>i7>i7>i7>i7', raw)
+    local c, l, q, r, sw = struct.unpack('>i7i7i7i7i7', raw)
     if sw == w then has, created_s, tlast, Q, R = true, c, l, q, r end
   end
   if has and now < tlast then now = tlast end -- rule 1
@@ -74,7 +74,7 @@ local function token_bucket_decide(keys, p, now, n, peek)
     end
   end
   if record and not peek then
-    local v = struct.pack('>i7>i7>i7>i7>i7', created, now, aq, ar, w)
+    local v = struct.pack('>i7i7i7i7i7', created, now, aq, ar, w)
     if live then
       redis.call('SET', key, v, 'KEEPTTL') -- the state expires when created + window
     else
@@ -82,8 +82,4 @@ local function token_bucket_decide(keys, p, now, n, peek)
     end
   end
   return allowed, remaining, retry, reset, 0, expires
-end
-
-local function token_bucket(keys, args, peek)
-  return run(keys, args, peek, token_bucket_parse, token_bucket_decide)
 end

@@ -470,3 +470,76 @@ func testPeekOnReplica(t *testing.T, cl *redistest.Cluster) {
 		}
 	}
 }
+
+// TestServerWithoutFunctions: on a server that does not know FCALL and
+// FUNCTION (as before Redis 7.0; here the commands are renamed away), a
+// store switches to scripts by itself: Preload loads them, the first call
+// that gets "unknown command" did not run and is sent again, single or
+// batched, and the conformance suite passes.
+func TestServerWithoutFunctions(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.WithArgs(
+		"--rename-command", "FCALL", "fcall-renamed-away",
+		"--rename-command", "FCALL_RO", "fcall_ro-renamed-away",
+		"--rename-command", "FUNCTION", "function-renamed-away"))
+	c := client(t, srv)
+	ctx := context.Background()
+	if err := c.FCall(ctx, "f", nil).Err(); err == nil || !strings.HasPrefix(err.Error(), "ERR unknown command") {
+		t.Fatalf("FCALL on the server: %v, want an unknown command", err)
+	}
+
+	// Preload finds no FUNCTION and loads the scripts.
+	s := newStore(t, c)
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shas := redisstore.ScriptSHAs()
+	r, err := srv.Do(t, append([]string{"SCRIPT", "EXISTS"}, shas...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range r.([]any) {
+		if v.(int64) != 1 {
+			t.Errorf("Preload did not load script %s", shas[i])
+		}
+	}
+
+	// Without Preload: the first call finds no FCALL and is sent again.
+	p := floodgate.Policy{Name: "old", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
+	for _, batch := range []bool{false, true} {
+		s := newStore(t, c, redisstore.WithPrefix(fmt.Sprintf("old%v", batch)))
+		var got []bool
+		if batch {
+			reqs := make([]floodgate.Request, 4)
+			out := make([]floodgate.BatchResult, 4)
+			for i := range reqs {
+				reqs[i] = floodgate.Request{Policy: &p, Key: "k", N: 1}
+			}
+			s.TakeBatch(ctx, reqs, out)
+			for _, r := range out {
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				got = append(got, r.Decision.Allowed)
+			}
+		} else {
+			for i := 0; i < 4; i++ {
+				d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, d.Allowed)
+			}
+		}
+		if fmt.Sprint(got) != "[true true true false]" {
+			t.Errorf("batch %v: allowed %v, want [true true true false]: counted twice or lost", batch, got)
+		}
+	}
+	info, err := srv.Do(t, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info.(string), "cmdstat_evalsha:calls=") {
+		t.Errorf("no EVALSHA after the switch to scripts:\n%s", info)
+	}
+	floodgatetest.Run(t, replayHarness(c, dbsize(t, srv)))
+}

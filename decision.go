@@ -1,7 +1,6 @@
 package floodgate
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
@@ -33,10 +32,9 @@ type Decision struct {
 	Binding int32
 
 	// Limit is the max (quota) of the binding limit: the one that denied,
-	// else the one with the least Remaining. It is Policy.Max for
-	// FixedWindow, SlidingLog and TokenBucket, Limits[i].Max for
-	// SlidingWindow and AR1 (rounded down when an AR1 max is fractional),
-	// and Rate.Count for GCRA.
+	// else the one with the least Remaining. It is Policy.Max, or
+	// Limits[i].Max for SlidingWindow and AR1 (rounded down when an AR1 max
+	// is fractional): the quota Policy.Quota(int(Binding)) reports.
 	Limit int64
 
 	// Remaining is how many more requests of cost 1 would pass right now,
@@ -53,26 +51,4 @@ type Decision struct {
 	// ResetAfter is the time until this key's state is back to empty (a
 	// fresh key's answer), or 0 when the key has no state.
 	ResetAfter time.Duration
-}
-
-// String formats the decision for logs and tests:
-// "allowed limit=10 remaining=3 retry_after=0s reset_after=42s".
-func (d Decision) String() string {
-	verdict := "denied"
-	if d.Allowed {
-		verdict = "allowed"
-	}
-	retry := d.RetryAfter.String()
-	if d.RetryAfter == Never {
-		retry = "never"
-	}
-	s := fmt.Sprintf("%s limit=%d remaining=%d retry_after=%s reset_after=%s",
-		verdict, d.Limit, d.Remaining, retry, d.ResetAfter)
-	if d.Binding != 0 {
-		s += fmt.Sprintf(" binding=%d", d.Binding)
-	}
-	if d.Degraded {
-		s += " degraded"
-	}
-	return s
 }

@@ -17,7 +17,8 @@
 //	lim, err := floodgate.NewLimiter(store, floodgate.Policy{
 //		Name:      "api",
 //		Algorithm: floodgate.GCRA,
-//		Rate:      floodgate.PerSecond(10),
+//		Max:       10, // per Window: 10 evenly spaced per second
+//		Window:    time.Second,
 //		Burst:     20,
 //	})
 //	if err != nil { ... }

@@ -29,8 +29,25 @@ func run(text string, steps ...struct {
 	for _, s := range steps {
 		clock.SetMicros(floodgatetest.BaseMicros + int64(s.at/time.Microsecond))
 		d, _ := lim.AllowN(context.Background(), "k", s.n)
-		fmt.Printf("t=%-6v n=%d: %v\n", s.at, s.n, d)
+		fmt.Printf("t=%-6v n=%d: %s\n", s.at, s.n, describe(d))
 	}
+}
+
+// describe formats a decision as "allowed limit=10 remaining=3
+// retry_after=0s reset_after=42s".
+func describe(d floodgate.Decision) string {
+	verdict, retry := "denied", d.RetryAfter.String()
+	if d.Allowed {
+		verdict = "allowed"
+	}
+	if d.RetryAfter == floodgate.Never {
+		retry = "never"
+	}
+	s := fmt.Sprintf("%s limit=%d remaining=%d retry_after=%s reset_after=%s", verdict, d.Limit, d.Remaining, retry, d.ResetAfter)
+	if d.Binding != 0 {
+		s += fmt.Sprintf(" binding=%d", d.Binding)
+	}
+	return s
 }
 
 type step = struct {
@@ -47,8 +64,8 @@ func ExampleNewLimiter() {
 	lim, err := floodgate.NewLimiter(store, floodgate.Policy{
 		Name:      "api",
 		Algorithm: floodgate.GCRA,
-		Rate:      floodgate.PerSecond(10),
-		Burst:     3,
+		Max:       10, Window: time.Second,
+		Burst: 3,
 	})
 	if err != nil {
 		panic(err)

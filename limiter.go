@@ -49,31 +49,25 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 }
 
 // AllowN decides a request of cost n for key, consuming n units if it
-// passes. A denial is a Decision with Allowed false, not an error. For
-// compatibility with the seed systems, n = 0 is a peek of 1 (Peek(ctx, key,
-// 1)) and a negative n resets the key, then returns what a peek of 1 gets on
-// the emptied state. An error means the store could not decide (see
-// Store.Take).
+// passes. A denial is a Decision with Allowed false, not an error. n must
+// be from 1 to MaxCost: any other n, 0 and negative ones included, is an
+// error wrapping ErrInvalidCost and decides nothing (use Peek to look and
+// Reset to forget a key). Another error means the store could not decide
+// (see Store.Take).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	if n > 0 {
-		return l.store.Take(ctx, Request{Policy: l.policy, Key: key, N: n})
+	if n < 1 || n > MaxCost {
+		return Decision{}, checkCost(n)
 	}
-	return l.peekOrReset(ctx, key, n) // out of line, so that AllowN inlines
-}
-
-// peekOrReset is AllowN for n ≤ 0: a peek of 1, after a reset when n < 0.
-func (l *Limiter) peekOrReset(ctx context.Context, key string, n int64) (Decision, error) {
-	if n < 0 {
-		if err := l.Reset(ctx, key); err != nil {
-			return Decision{}, err
-		}
-	}
-	return l.Peek(ctx, key, 1)
+	return l.store.Take(ctx, Request{Policy: l.policy, Key: key, N: n})
 }
 
 // Peek returns the decision AllowN(ctx, key, n) would get now, recording
-// nothing and creating no state. n must be at least 1.
+// nothing and creating no state. n must be from 1 to MaxCost, as for
+// AllowN.
 func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Decision, error) {
+	if n < 1 || n > MaxCost {
+		return Decision{}, checkCost(n)
+	}
 	return l.store.Take(ctx, Request{Policy: l.policy, Key: key, N: n, Peek: true})
 }
 

@@ -110,14 +110,14 @@ func TestWaitRefusesAtOnce(t *testing.T) {
 func TestWaitRealTimer(t *testing.T) {
 	store, _ := memstore.New()
 	defer store.Close()
-	lim, _ := floodgate.NewLimiter(store, floodgate.Policy{Name: "real", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(100), Burst: 1})
+	lim, _ := floodgate.NewLimiter(store, floodgate.Policy{Name: "real", Algorithm: floodgate.GCRA, Max: 100, Window: time.Second, Burst: 1})
 	ctx := context.Background()
 	lim.Allow(ctx, "k")
 	if d, err := lim.Wait(ctx, "k"); err != nil || !d.Allowed {
 		t.Fatalf("Wait = %v, %v", d, err)
 	}
 	// A context canceled during the sleep ends it.
-	lim2, _ := floodgate.NewLimiter(store, floodgate.Policy{Name: "slow", Algorithm: floodgate.GCRA, Rate: floodgate.PerHour(1), Burst: 1})
+	lim2, _ := floodgate.NewLimiter(store, floodgate.Policy{Name: "slow", Algorithm: floodgate.GCRA, Max: 1, Window: time.Hour, Burst: 1})
 	lim2.Allow(ctx, "k")
 	c, cancel := context.WithCancel(ctx)
 	time.AfterFunc(10*time.Millisecond, cancel)
@@ -126,23 +126,26 @@ func TestWaitRealTimer(t *testing.T) {
 	}
 }
 
-func TestAllowNSeedForms(t *testing.T) {
+// TestAllowNRefusesNonPositiveCosts: a cost below 1 (an underflow in the
+// caller's arithmetic, say) is ErrInvalidCost and changes nothing: it
+// neither peeks nor, as the seed systems' negative counts did, resets the
+// key.
+func TestAllowNRefusesNonPositiveCosts(t *testing.T) {
 	lim, _, _ := waitFixture(t, "fixed_window 3/1m")
 	ctx := context.Background()
-	lim.AllowN(ctx, "k", 2)
-	peek, err := lim.AllowN(ctx, "k", 0)
-	if err != nil || !peek.Allowed || peek.Remaining != 0 {
-		t.Errorf("AllowN(0) = %v, %v; want a peek of 1 (allowed, remaining 0)", peek, err)
+	if _, err := lim.AllowN(ctx, "k", 2); err != nil {
+		t.Fatal(err)
 	}
-	if d, _ := lim.Peek(ctx, "k", 1); d != peek {
-		t.Errorf("AllowN(0) %v differs from Peek(1) %v", peek, d)
+	for _, n := range []int64{0, -1, -1 << 62, floodgate.MaxCost + 1} {
+		if d, err := lim.AllowN(ctx, "k", n); !errors.Is(err, floodgate.ErrInvalidCost) || d != (floodgate.Decision{}) {
+			t.Errorf("AllowN(%d) = %+v, %v; want ErrInvalidCost and no decision", n, d, err)
+		}
+		if d, err := lim.Peek(ctx, "k", n); !errors.Is(err, floodgate.ErrInvalidCost) || d != (floodgate.Decision{}) {
+			t.Errorf("Peek(%d) = %+v, %v; want ErrInvalidCost and no decision", n, d, err)
+		}
 	}
-	reset, err := lim.AllowN(ctx, "k", -1)
-	if err != nil || !reset.Allowed || reset.Remaining != 2 || reset.ResetAfter != time.Minute-time.Duration(floodgatetest.BaseMicros%60_000_000)*time.Microsecond {
-		t.Errorf("AllowN(-1) = %v, %v; want a reset key's peek (remaining 2)", reset, err)
-	}
-	if d, _ := lim.Allow(ctx, "k"); d.Remaining != 2 {
-		t.Errorf("after the reset: %v", d)
+	if d, err := lim.Allow(ctx, "k"); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Errorf("after the refused costs: %+v, %v; want the third of 3 allowed (nothing reset)", d, err)
 	}
 }
 

@@ -9,64 +9,70 @@ import (
 	"time"
 )
 
-// Bounds on policy parameters and costs. Every parameter, cost, count and
-// time is an integer below 2^53, exact in a float64, so the Redis store's
-// Lua scripts (where numbers are doubles) read them exactly; the few
-// products that may exceed 2^53 (a token bucket's limit·window, GCRA's
-// burst·period and cost·period) are computed with split arithmetic there,
-// and counts or times pushed past 2^53-1 by absurd costs recorded with
-// count_denied saturate at 2^53-1 in every store alike.
+// MaxCost is the largest cost of one request, and the largest max of a
+// limit: 2^53 - 1. Every parameter, cost, count and time is an integer
+// below 2^53, exact in a float64, so that the Redis store's Lua scripts
+// (where numbers are doubles) read them exactly; the few products that may
+// exceed 2^53 (a token bucket's limit·window, GCRA's burst·period and
+// cost·period) are computed with split arithmetic there, and counts or times
+// pushed past 2^53-1 by absurd costs recorded with count_denied saturate at
+// 2^53-1 in every store alike.
+const MaxCost int64 = 1<<53 - 1
+
+// Bounds on policy parameters, stated in Policy's documentation (and
+// exported for store authors by package storekit).
 const (
-	// MaxCost is the largest cost of one request, and the largest max of a
-	// limit: 2^53 - 1.
-	MaxCost int64 = 1<<53 - 1
-
-	// MaxDuration is the longest window, interval, resolution, period or
-	// retention: 100 years of 365 days.
-	MaxDuration = 100 * 365 * 24 * time.Hour
-
-	// MaxLimits is the most limits one SlidingWindow or AR1 policy may have.
-	MaxLimits = 16
-
-	// MaxNameLen is the longest policy name, in bytes.
-	MaxNameLen = 128
+	maxDuration = 100 * 365 * 24 * time.Hour // the longest window, period or retention
+	maxLimits   = 16                         // the most limits of one policy
+	maxNameLen  = 128                        // the longest policy name, in bytes
 )
 
 // Policy says how one class of requests is limited: the algorithm and its
 // parameters, as SPEC.md defines them. The fields an algorithm does not use
 // must be left zero; Validate rejects a policy that sets them.
 //
-// A Policy is a plain value. Once handed to a Store or a Limiter it must not
-// be modified: stores remember a validated policy by its address. Policies
-// with the same Name share state in a store, so give different policies
-// different names.
+// Every algorithm but SlidingWindow and AR1 has one limit, Max per Window:
 //
-// The text form (ParsePolicy, Policy.String) and the JSON form (SPEC.md's
-// field names) describe the same values, for configuration files.
+//	fixed_window  at most Max per window of Window (SPEC.md's max and window)
+//	token_bucket  at most Max per Window, in bursts of Burst (limit and window)
+//	sliding_log   at most Max per rolling Window (max and interval)
+//	gcra          Max evenly spaced per Window, bursts of Burst (the rate, count/period)
+//
+// SlidingWindow and AR1 policies have one or more Limits instead.
+//
+// A Policy is a plain value; stores and Limiters keep their own copies or
+// check that the one they were given has not changed, so the caller may
+// reuse it. Policies with the same Name share state in a store (a policy
+// changed under the same name keeps the state its new parameters can
+// read), so give different policies different names.
+//
+// The bounds: costs, counts and maxima at most MaxCost; durations whole
+// microseconds from 1µs to 100 years; 1 to 16 limits; names of 1 to 128
+// bytes. The text form (ParsePolicy, Policy.String) and the JSON form
+// (SPEC.md's field names) describe the same values, for configuration
+// files.
 type Policy struct {
 	// Name identifies the policy in a store's keys, metrics and listings:
-	// 1 to MaxNameLen bytes of A-Z, a-z, 0-9 and _ . - /.
+	// 1 to 128 bytes of A-Z, a-z, 0-9 and _ . - /.
 	Name string
 
 	// Algorithm chooses the algorithm. The zero value is invalid.
 	Algorithm Algorithm
 
-	// Limits are the limits of a SlidingWindow or AR1 policy, 1 to
-	// MaxLimits of them; a request passes only if every limit admits it.
+	// Limits are the limits of a SlidingWindow or AR1 policy, 1 to 16 of
+	// them; a request passes only if every limit admits it.
 	Limits []Limit
 
-	// Max is the quota of a FixedWindow (its max per window), SlidingLog
-	// (its max per interval) or TokenBucket policy (SPEC.md's limit: at most
-	// Max pass per Window). 0 ≤ Max ≤ MaxCost; at least 1 for SlidingLog and
-	// TokenBucket.
+	// Max is the quota of every other algorithm (see above): 0 ≤ Max ≤
+	// MaxCost, at least 1 but for FixedWindow.
 	Max int64
 
-	// Window is the window of a FixedWindow policy and the state lifetime of
-	// a TokenBucket policy: a whole number of microseconds, > 0.
+	// Window is the period Max applies to (see above): a whole number of
+	// microseconds, > 0. For a TokenBucket it is also the state's lifetime.
 	Window time.Duration
 
 	// Align says where a FixedWindow policy's windows start; the zero value
-	// is AlignEpoch.
+	// means AlignEpoch.
 	Align Align
 
 	// Burst is the token count a TokenBucket starts with (1 ≤ Burst ≤ Max),
@@ -74,23 +80,17 @@ type Policy struct {
 	// text and JSON forms default it to 1).
 	Burst int64
 
-	// Interval is the rolling window of a SlidingLog policy, > 0.
-	Interval time.Duration
-
 	// MinInterval is the least time between two requests of one key under a
-	// SlidingLog policy; 0 (no minimum) up to Interval.
+	// SlidingLog policy; 0 (no minimum) up to Window.
 	MinInterval time.Duration
 
-	// Rate is a GCRA policy's sustained rate: Count per Period.
-	Rate Rate
-
 	// CountDenied says whether a denied request is still recorded, as
-	// several seed systems did. Default means on for SlidingLog (as
-	// rolling-rate-limiter) and off for every other algorithm.
-	CountDenied Switch
+	// several seed systems did. Nil means the algorithm's default: on for
+	// SlidingLog (as rolling-rate-limiter), off for every other.
+	CountDenied *bool
 
 	// Track keeps per-key usage (first and last seen, requests, denied)
-	// beside the limiter state, for Store implementations of UsageLister.
+	// beside the limiter state, for stores that list usage.
 	Track bool
 
 	// Retention keeps tracked usage at least this long after a key's last
@@ -117,47 +117,29 @@ type Limit struct {
 	Decay float64
 }
 
-// Rate is Count events per Period, the rate of a GCRA policy. Its text
-// form is "100/1s" or "5/1m".
-type Rate struct {
-	Count  int64
-	Period time.Duration
-}
-
-// Per returns a Rate of count per period.
-func Per(count int64, period time.Duration) Rate { return Rate{Count: count, Period: period} }
-
-// PerSecond returns a Rate of count per second.
-func PerSecond(count int64) Rate { return Per(count, time.Second) }
-
-// PerMinute returns a Rate of count per minute.
-func PerMinute(count int64) Rate { return Per(count, time.Minute) }
-
-// PerHour returns a Rate of count per hour.
-func PerHour(count int64) Rate { return Per(count, time.Hour) }
-
-// String returns the rate as "100/1s".
-func (r Rate) String() string {
-	return strconv.FormatInt(r.Count, 10) + "/" + formatDuration(r.Period)
-}
-
-// ParseRate parses "<count>/<duration>", such as "100/1s", "5/1m" or
+// parseRate parses "<count>/<duration>", such as "100/1s", "5/1m" or
 // "1000/1h30m"; a bare unit stands for one of it ("10/s"). It checks the
-// syntax only; Policy.Validate checks the bounds.
-func ParseRate(s string) (Rate, error) {
+// syntax only; Validate checks the bounds. field names the parameter in
+// errors.
+func parseRate(field, s string) (int64, time.Duration, error) {
 	count, period, ok := strings.Cut(s, "/")
 	if !ok {
-		return Rate{}, &PolicyError{Field: "rate", Value: quote(s), Allowed: `"<count>/<duration>", such as "100/1s"`}
+		return 0, 0, &PolicyError{Field: field, Value: quote(s), Allowed: `"<count>/<duration>", such as "100/1s"`}
 	}
 	n, err := strconv.ParseInt(count, 10, 64)
 	if err != nil {
-		return Rate{}, &PolicyError{Field: "rate", Value: quote(s), Allowed: "a count that is an integer ≥ 1 before the /"}
+		return 0, 0, &PolicyError{Field: field, Value: quote(s), Allowed: "a count that is an integer ≥ 1 before the /"}
 	}
 	d, err := parseDuration(period)
 	if err != nil {
-		return Rate{}, &PolicyError{Field: "rate", Value: quote(s), Allowed: `a Go duration after the /, such as "1s" or "1m30s"`}
+		return 0, 0, &PolicyError{Field: field, Value: quote(s), Allowed: `a Go duration after the /, such as "1s" or "1m30s"`}
 	}
-	return Rate{Count: n, Period: d}, nil
+	return n, d, nil
+}
+
+// formatRate formats n per d as "100/1s".
+func formatRate(n int64, d time.Duration) string {
+	return strconv.FormatInt(n, 10) + "/" + formatDuration(d)
 }
 
 // parseDuration is time.ParseDuration that also accepts a bare unit ("s"
@@ -182,10 +164,42 @@ func formatDuration(d time.Duration) string {
 	return s
 }
 
-// CountsDenied reports whether the policy records denied requests: the value
-// of CountDenied, or the algorithm's default when it is Default.
-func (p Policy) CountsDenied() bool {
-	return p.CountDenied.Bool(p.Algorithm == SlidingLog)
+// Quota returns limit i's quota and the window it applies to, for
+// RateLimit-Policy fields, metrics and listings: Limits[i].Max (rounded down
+// for AR1) and Limits[i].Window (AR1: its Resolution) for SlidingWindow and
+// AR1 policies, where 0 ≤ i < len(p.Limits); Max and Window for every other
+// algorithm, whose only limit is i = 0. Any other i gives 0, 0.
+func (p *Policy) Quota(i int) (quota int64, window time.Duration) {
+	switch {
+	case p.Algorithm == SlidingWindow || p.Algorithm == AR1:
+		if i < 0 || i >= len(p.Limits) {
+			return 0, 0
+		}
+		l := &p.Limits[i]
+		m := l.Max
+		switch {
+		case !(m >= 0): // NaN too
+			m = 0
+		case m > float64(MaxCost):
+			m = float64(MaxCost)
+		}
+		if p.Algorithm == AR1 {
+			return int64(math.Floor(m)), l.Resolution
+		}
+		return int64(m), l.Window
+	case i == 0:
+		return p.Max, p.Window
+	}
+	return 0, 0
+}
+
+// countsDenied reports whether p records denied requests: CountDenied, or
+// the algorithm's default when it is nil.
+func (p *Policy) countsDenied() bool {
+	if p.CountDenied != nil {
+		return *p.CountDenied
+	}
+	return p.Algorithm == SlidingLog
 }
 
 // Validate reports every parameter that breaks a rule of SPEC.md. The error
@@ -229,7 +243,7 @@ func (v *validator) name(name string) {
 		v.add("name", "", "a name of 1 to 128 bytes of A-Z a-z 0-9 _ . - /")
 		return
 	}
-	if len(name) > MaxNameLen || !validName(name) {
+	if len(name) > maxNameLen || !validName(name) {
 		v.add("name", quote(name), "1 to 128 bytes of A-Z a-z 0-9 _ . - /")
 	}
 }
@@ -247,25 +261,27 @@ func validName(name string) bool {
 	return true
 }
 
-// params checks the algorithm's parameters and that no other is set.
+// params checks the algorithm's parameters and that no other is set. Each
+// parameter is named as SPEC.md and configuration files name it: a token
+// bucket's Max is its limit, a sliding log's Window its interval, a GCRA
+// policy's Max and Window its rate.
 func (v *validator) params(p *Policy) {
-	if !p.Algorithm.Valid() {
+	if !p.Algorithm.valid() {
 		value := ""
-		if p.Algorithm != 0 {
-			value = p.Algorithm.String()
+		if p.Algorithm != "" {
+			value = quote(string(p.Algorithm))
 		}
 		v.add("algorithm", value, algorithmList)
 		return
 	}
-	alg := p.Algorithm
-	switch alg {
+	switch p.Algorithm {
 	case SlidingWindow, AR1:
-		v.limits(alg, p.Limits)
+		v.limits(p.Algorithm, p.Limits)
 	case FixedWindow:
 		v.count("max", p.Max, 0)
 		v.duration("window", p.Window, false)
-		if p.Align > AlignFirst {
-			v.add("align", p.Align.String(), "epoch or first")
+		if p.Align != "" && p.Align != AlignEpoch && p.Align != AlignFirst {
+			v.add("align", quote(string(p.Align)), "epoch or first")
 		}
 	case TokenBucket:
 		v.count("limit", p.Max, 1)
@@ -278,28 +294,25 @@ func (v *validator) params(p *Policy) {
 		}
 	case SlidingLog:
 		v.count("max", p.Max, 1)
-		v.duration("interval", p.Interval, false)
+		v.duration("interval", p.Window, false)
 		v.duration("min_interval", p.MinInterval, true)
-		if p.MinInterval > p.Interval && p.Interval > 0 {
-			v.add("min_interval", formatDuration(p.MinInterval), "a duration ≤ interval ("+formatDuration(p.Interval)+")")
+		if p.MinInterval > p.Window && p.Window > 0 {
+			v.add("min_interval", formatDuration(p.MinInterval), "a duration ≤ interval ("+formatDuration(p.Window)+")")
 		}
 	case GCRA:
-		r := p.Rate
-		if r.Count < 1 || r.Count > MaxCost {
-			v.add("rate", r.String(), "a count from 1 to 2^53-1 per period")
+		rate := formatRate(p.Max, p.Window)
+		if p.Max < 1 || p.Max > MaxCost {
+			v.add("rate", rate, "a count from 1 to 2^53-1 per period")
 		}
-		v.duration("rate", r.Period, false)
-		if r.Count >= 1 && r.Period > 0 && int64(r.Period/time.Microsecond) < r.Count {
-			v.add("rate", r.String(), "at most one event per µs (period in µs ≥ count)")
+		v.duration("rate", p.Window, false)
+		if p.Max >= 1 && p.Window > 0 && int64(p.Window/time.Microsecond) < p.Max {
+			v.add("rate", rate, "at most one event per µs (period in µs ≥ count)")
 		}
 		if p.Burst < 1 || p.Burst > MaxCost {
 			v.add("burst", strconv.FormatInt(p.Burst, 10), "an integer from 1 to 2^53-1")
-		} else if r.Count >= 1 && r.Period > 0 && burstTooLong(p.Burst, r) {
-			v.add("burst", strconv.FormatInt(p.Burst, 10), "a burst of at most 100 years of emission intervals (burst·period/count ≤ 876000h with rate "+r.String()+")")
+		} else if p.Max >= 1 && p.Window > 0 && burstTooLong(p.Burst, p.Max, p.Window) {
+			v.add("burst", strconv.FormatInt(p.Burst, 10), "a burst of at most 100 years of emission intervals (burst·period/count ≤ 876000h with rate "+rate+")")
 		}
-	}
-	if p.CountDenied > Off {
-		v.add("count_denied", p.CountDenied.String(), "default, on or off")
 	}
 	if p.Retention != 0 {
 		if !p.Track {
@@ -315,38 +328,25 @@ func (v *validator) params(p *Policy) {
 // misplaced field is an error rather than silently ignored.
 func (v *validator) unused(p *Policy) {
 	alg := p.Algorithm
-	uses := func(a ...Algorithm) bool {
-		for _, x := range a {
-			if x == alg {
-				return true
-			}
-		}
-		return false
-	}
-	not := "not a parameter of " + alg.String()
-	if len(p.Limits) > 0 && !uses(SlidingWindow, AR1) {
+	multi := alg == SlidingWindow || alg == AR1
+	not := "not a parameter of " + string(alg)
+	if len(p.Limits) > 0 && !multi {
 		v.add("limits", "", not)
 	}
-	if p.Max != 0 && !uses(FixedWindow, SlidingLog, TokenBucket) {
+	if multi && p.Max != 0 {
 		v.add("max", strconv.FormatInt(p.Max, 10), not+limitsHint(alg))
 	}
-	if p.Window != 0 && !uses(FixedWindow, TokenBucket) {
+	if multi && p.Window != 0 {
 		v.add("window", formatDuration(p.Window), not+limitsHint(alg))
 	}
-	if p.Align != AlignEpoch && alg != FixedWindow {
-		v.add("align", p.Align.String(), not)
+	if p.Align != "" && alg != FixedWindow {
+		v.add("align", quote(string(p.Align)), not)
 	}
-	if p.Burst != 0 && !uses(TokenBucket, GCRA) {
+	if p.Burst != 0 && alg != TokenBucket && alg != GCRA {
 		v.add("burst", strconv.FormatInt(p.Burst, 10), not)
-	}
-	if p.Interval != 0 && alg != SlidingLog {
-		v.add("interval", formatDuration(p.Interval), not)
 	}
 	if p.MinInterval != 0 && alg != SlidingLog {
 		v.add("min_interval", formatDuration(p.MinInterval), not)
-	}
-	if p.Rate != (Rate{}) && alg != GCRA {
-		v.add("rate", p.Rate.String(), not)
 	}
 }
 
@@ -362,7 +362,7 @@ func (v *validator) limits(alg Algorithm, limits []Limit) {
 		v.add("limits", "", "1 to 16 limits")
 		return
 	}
-	if len(limits) > MaxLimits {
+	if len(limits) > maxLimits {
 		v.add("limits", strconv.Itoa(len(limits))+" limits", "1 to 16 limits")
 		return
 	}
@@ -391,7 +391,7 @@ func (v *validator) limits(alg Algorithm, limits []Limit) {
 			switch {
 			case math.IsNaN(l.Decay) || math.IsInf(l.Decay, 0) || l.Decay <= 1:
 				v.add(f+"decay", decay, "a finite number > 1")
-			case l.Resolution > 0 && ar1Horizon(l.Decay, l.Resolution) > float64(MaxDuration/time.Microsecond):
+			case l.Resolution > 0 && ar1Horizon(l.Decay, l.Resolution) > float64(maxDuration/time.Microsecond):
 				v.add(f+"decay", decay, "a decay far enough above 1 that a count decays to 0 within 100 years at resolution "+formatDuration(l.Resolution))
 			}
 			if l.Window != 0 {
@@ -417,7 +417,7 @@ func (v *validator) count(field string, n, min int64) {
 }
 
 // duration checks a duration parameter: a whole number of µs, > 0 (≥ 0 when
-// zeroOK), at most MaxDuration.
+// zeroOK), at most maxDuration.
 func (v *validator) duration(field string, d time.Duration, zeroOK bool) {
 	switch {
 	case d == 0 && zeroOK:
@@ -425,16 +425,16 @@ func (v *validator) duration(field string, d time.Duration, zeroOK bool) {
 		v.add(field, formatDuration(d), "a duration > 0")
 	case d%time.Microsecond != 0:
 		v.add(field, formatDuration(d), "a whole number of microseconds")
-	case d > MaxDuration:
+	case d > maxDuration:
 		v.add(field, formatDuration(d), "at most 100 years (876000h)")
 	}
 }
 
 // burstTooLong reports whether burst·T = burst·period/count exceeds
-// MaxDuration, comparing burst·period with MaxDuration·count in 128 bits.
-func burstTooLong(burst int64, r Rate) bool {
-	hi, lo := bits.Mul64(uint64(burst), uint64(r.Period/time.Microsecond))
-	mhi, mlo := bits.Mul64(uint64(MaxDuration/time.Microsecond), uint64(r.Count))
+// maxDuration, comparing burst·period with maxDuration·count in 128 bits.
+func burstTooLong(burst, count int64, period time.Duration) bool {
+	hi, lo := bits.Mul64(uint64(burst), uint64(period/time.Microsecond))
+	mhi, mlo := bits.Mul64(uint64(maxDuration/time.Microsecond), uint64(count))
 	return hi > mhi || hi == mhi && lo > mlo
 }
 

@@ -25,14 +25,14 @@ func mustParse(t *testing.T, text string) floodgate.Policy {
 // that wraps ErrInvalidPolicy and names the field, the value and what is
 // allowed.
 func TestValidateRejects(t *testing.T) {
-	gcra := floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(10), Burst: 1}
+	gcra := floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Max: 10, Window: time.Second, Burst: 1}
 	sw := floodgate.Policy{Name: "p", Algorithm: floodgate.SlidingWindow,
 		Limits: []floodgate.Limit{{Max: 10, Window: time.Minute, Resolution: time.Second}}}
 	ar := floodgate.Policy{Name: "p", Algorithm: floodgate.AR1,
 		Limits: []floodgate.Limit{{Max: 5, Resolution: time.Second, Decay: 2}}}
 	fw := floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Minute}
 	tb := floodgate.Policy{Name: "p", Algorithm: floodgate.TokenBucket, Max: 15, Window: time.Minute, Burst: 3}
-	sl := floodgate.Policy{Name: "p", Algorithm: floodgate.SlidingLog, Max: 10, Interval: time.Second}
+	sl := floodgate.Policy{Name: "p", Algorithm: floodgate.SlidingLog, Max: 10, Window: time.Second}
 	for _, p := range []floodgate.Policy{gcra, sw, ar, fw, tb, sl} {
 		if err := p.Validate(); err != nil {
 			t.Fatalf("base policy %s invalid: %v", p, err)
@@ -55,10 +55,10 @@ func TestValidateRejects(t *testing.T) {
 			`floodgate: policy "a:b": name = "a:b": 1 to 128 bytes of A-Z a-z 0-9 _ . - /`},
 		{"name too long", with(gcra, func(p *floodgate.Policy) { p.Name = strings.Repeat("n", 129) }),
 			`floodgate: policy "` + strings.Repeat("n", 64) + `"…: name = "` + strings.Repeat("n", 64) + `"…: 1 to 128 bytes of A-Z a-z 0-9 _ . - /`},
-		{"unknown algorithm", with(gcra, func(p *floodgate.Policy) { p.Algorithm = 0; p.Rate = floodgate.Rate{}; p.Burst = 0 }),
+		{"unknown algorithm", with(gcra, func(p *floodgate.Policy) { p.Algorithm = ""; p.Max = 0; p.Window = 0; p.Burst = 0 }),
 			`floodgate: policy "p": algorithm: one of sliding_window, ar1, fixed_window, token_bucket, sliding_log, gcra`},
-		{"algorithm out of range", with(gcra, func(p *floodgate.Policy) { p.Algorithm = 9 }),
-			`floodgate: policy "p": algorithm = Algorithm(9): one of sliding_window, ar1, fixed_window, token_bucket, sliding_log, gcra`},
+		{"unknown algorithm name", with(gcra, func(p *floodgate.Policy) { p.Algorithm = "leaky_bucket" }),
+			`floodgate: policy "p": algorithm = "leaky_bucket": one of sliding_window, ar1, fixed_window, token_bucket, sliding_log, gcra`},
 		{"negative max", with(fw, func(p *floodgate.Policy) { p.Max = -1 }),
 			`floodgate: policy "p": max = -1: an integer from 0 to 2^53-1`},
 		{"max above 2^53", with(fw, func(p *floodgate.Policy) { p.Max = 1 << 53 }),
@@ -71,8 +71,8 @@ func TestValidateRejects(t *testing.T) {
 			`floodgate: policy "p": window = 1.000000001s: a whole number of microseconds`},
 		{"window over 100 years", with(fw, func(p *floodgate.Policy) { p.Window = 900000 * time.Hour }),
 			`floodgate: policy "p": window = 900000h: at most 100 years (876000h)`},
-		{"bad align", with(fw, func(p *floodgate.Policy) { p.Align = 7 }),
-			`floodgate: policy "p": align = Align(7): epoch or first`},
+		{"bad align", with(fw, func(p *floodgate.Policy) { p.Align = "left" }),
+			`floodgate: policy "p": align = "left": epoch or first`},
 		{"no limits", with(sw, func(p *floodgate.Policy) { p.Limits = nil }),
 			`floodgate: policy "p": limits: 1 to 16 limits`},
 		{"too many limits", with(sw, func(p *floodgate.Policy) { p.Limits = make([]floodgate.Limit, 17) }),
@@ -115,32 +115,32 @@ func TestValidateRejects(t *testing.T) {
 			`floodgate: policy "p": min_interval = 2s: a duration ≤ interval (1s)`},
 		{"negative min interval", with(sl, func(p *floodgate.Policy) { p.MinInterval = -time.Millisecond }),
 			`floodgate: policy "p": min_interval = -1ms: a duration > 0`},
-		{"gcra rate count 0", with(gcra, func(p *floodgate.Policy) { p.Rate.Count = 0 }),
+		{"gcra rate count 0", with(gcra, func(p *floodgate.Policy) { p.Max = 0 }),
 			`floodgate: policy "p": rate = 0/1s: a count from 1 to 2^53-1 per period`},
-		{"gcra zero period", with(gcra, func(p *floodgate.Policy) { p.Rate.Period = 0 }),
+		{"gcra zero period", with(gcra, func(p *floodgate.Policy) { p.Window = 0 }),
 			`floodgate: policy "p": rate = 0s: a duration > 0`},
-		{"gcra rate finer than 1/µs", with(gcra, func(p *floodgate.Policy) { p.Rate = floodgate.Per(2000, time.Millisecond) }),
+		{"gcra rate finer than 1/µs", with(gcra, func(p *floodgate.Policy) { p.Max, p.Window = 2000, time.Millisecond }),
 			`floodgate: policy "p": rate = 2000/1ms: at most one event per µs (period in µs ≥ count)`},
 		{"gcra burst 0", with(gcra, func(p *floodgate.Policy) { p.Burst = 0 }),
 			`floodgate: policy "p": burst = 0: an integer from 1 to 2^53-1`},
-		{"gcra burst beyond 100 years", with(gcra, func(p *floodgate.Policy) { p.Burst = 101; p.Rate = floodgate.Per(1, 8760*time.Hour) }),
+		{"gcra burst beyond 100 years", with(gcra, func(p *floodgate.Policy) { p.Burst = 101; p.Max, p.Window = 1, 8760*time.Hour }),
 			`floodgate: policy "p": burst = 101: a burst of at most 100 years of emission intervals (burst·period/count ≤ 876000h with rate 1/8760h)`},
-		{"gcra burst beyond 100 years, large count", with(gcra, func(p *floodgate.Policy) { p.Burst = 1 << 52; p.Rate = floodgate.Per(1000, time.Second) }),
+		{"gcra burst beyond 100 years, large count", with(gcra, func(p *floodgate.Policy) { p.Burst = 1 << 52; p.Max, p.Window = 1000, time.Second }),
 			`floodgate: policy "p": burst = 4503599627370496: a burst of at most 100 years of emission intervals (burst·period/count ≤ 876000h with rate 1000/1s)`},
 		{"burst on a fixed window", with(fw, func(p *floodgate.Policy) { p.Burst = 3 }),
 			`floodgate: policy "p": burst = 3: not a parameter of fixed_window`},
-		{"rate on a token bucket", with(tb, func(p *floodgate.Policy) { p.Rate = floodgate.PerSecond(1) }),
-			`floodgate: policy "p": rate = 1/1s: not a parameter of token_bucket`},
+		{"min_interval on a token bucket", with(tb, func(p *floodgate.Policy) { p.MinInterval = time.Second }),
+			`floodgate: policy "p": min_interval = 1s: not a parameter of token_bucket`},
+		{"window on a sliding window", with(sw, func(p *floodgate.Policy) { p.Window = time.Second }),
+			`floodgate: policy "p": window = 1s: not a parameter of sliding_window (its limits carry max, window and resolution)`},
 		{"max on a sliding window", with(sw, func(p *floodgate.Policy) { p.Max = 3 }),
 			`floodgate: policy "p": max = 3: not a parameter of sliding_window (its limits carry max, window and resolution)`},
 		{"limits on gcra", with(gcra, func(p *floodgate.Policy) { p.Limits = sw.Limits }),
 			`floodgate: policy "p": limits: not a parameter of gcra`},
 		{"align on gcra", with(gcra, func(p *floodgate.Policy) { p.Align = floodgate.AlignFirst }),
-			`floodgate: policy "p": align = first: not a parameter of gcra`},
+			`floodgate: policy "p": align = "first": not a parameter of gcra`},
 		{"retention without track", with(gcra, func(p *floodgate.Policy) { p.Retention = time.Hour }),
 			`floodgate: policy "p": retention = 1h: only with track: true`},
-		{"bad count_denied", with(gcra, func(p *floodgate.Policy) { p.CountDenied = 9 }),
-			`floodgate: policy "p": count_denied = Switch(9): default, on or off`},
 	}
 	for _, c := range cases {
 		err := c.p.Validate()
@@ -164,9 +164,9 @@ func TestValidateRejects(t *testing.T) {
 
 // TestValidateReportsEveryProblem: Validate lists all problems at once.
 func TestValidateReportsEveryProblem(t *testing.T) {
-	p := floodgate.Policy{Name: "x y", Algorithm: floodgate.TokenBucket, Max: 0, Window: -1, Burst: 5, Interval: time.Second}
+	p := floodgate.Policy{Name: "x y", Algorithm: floodgate.TokenBucket, Max: 0, Window: -1, Burst: 5, MinInterval: time.Second}
 	err := p.Validate()
-	for _, want := range []string{"name =", "limit = 0", "window = -1ns", "burst = 5", "interval = 1s: not a parameter of token_bucket"} {
+	for _, want := range []string{"name =", "limit = 0", "window = -1ns", "burst = 5", "min_interval = 1s: not a parameter of token_bucket"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v; want it to mention %q", err, want)
 		}
@@ -178,15 +178,15 @@ func TestParsePolicy(t *testing.T) {
 		text string
 		want floodgate.Policy
 	}{
-		{"100/1m", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Rate: floodgate.PerMinute(100), Burst: 1}},
-		{"5/1s burst 10", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(5), Burst: 10}},
-		{"gcra 10/s burst 2 count_denied", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(10), Burst: 2, CountDenied: floodgate.On}},
+		{"100/1m", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Max: 100, Window: time.Minute, Burst: 1}},
+		{"5/1s burst 10", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Max: 5, Window: time.Second, Burst: 10}},
+		{"gcra 10/s burst 2 count_denied", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Max: 10, Window: time.Second, Burst: 2, CountDenied: new(true)}},
 		{"fixed_window 100/1m align first", floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Minute, Align: floodgate.AlignFirst}},
 		{"fixed_window 0/1m30s", floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 0, Window: 90 * time.Second}},
 		{"token_bucket 15/1m burst 3", floodgate.Policy{Name: "p", Algorithm: floodgate.TokenBucket, Max: 15, Window: time.Minute, Burst: 3}},
 		{"sliding_log 10/1s min_interval 100ms count_denied false track retention 24h",
-			floodgate.Policy{Name: "p", Algorithm: floodgate.SlidingLog, Max: 10, Interval: time.Second, MinInterval: 100 * time.Millisecond,
-				CountDenied: floodgate.Off, Track: true, Retention: 24 * time.Hour}},
+			floodgate.Policy{Name: "p", Algorithm: floodgate.SlidingLog, Max: 10, Window: time.Second, MinInterval: 100 * time.Millisecond,
+				CountDenied: new(false), Track: true, Retention: 24 * time.Hour}},
 		{"sliding_window 1/5s resolution 1s, 5/1h resolution 10m", floodgate.Policy{Name: "p", Algorithm: floodgate.SlidingWindow,
 			Limits: []floodgate.Limit{{Max: 1, Window: 5 * time.Second, Resolution: time.Second}, {Max: 5, Window: time.Hour, Resolution: 10 * time.Minute}}}},
 		{"ar1 1.2/1s decay 2,5/10s decay 1.5", floodgate.Policy{Name: "p", Algorithm: floodgate.AR1,
@@ -268,7 +268,7 @@ func TestPolicyJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"algorithm": "gcra", "rate": "5/1m"}`), &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Burst != 1 || p.Rate != floodgate.PerMinute(5) {
+	if p.Burst != 1 || p.Max != 5 || p.Window != time.Minute {
 		t.Errorf("gcra defaults: %+v", p)
 	}
 	for _, c := range []struct{ in, want string }{
@@ -279,29 +279,14 @@ func TestPolicyJSON(t *testing.T) {
 		{`{"algorithm": "fixed_window", "max": 99999999999999999999, "window": "1s"}`, `max = 99999999999999999999: an integer`},
 		{`{"algorithm": "fixed_window", "max": 5, "window": "1 minute"}`, `window = "1 minute": a Go duration such as "250ms" or "1m30s"`},
 		{`{"algorithm": "gcra", "rate": "5/1s", "align": "first"}`, `align = first: not a parameter of gcra`},
+		{`{"algorithm": "gcra", "rate": "5/1s", "window": "1s"}`, `window = 1s: not a parameter of gcra`},
+		{`{"algorithm": "sliding_log", "max": 5, "window": "1s"}`, `window = 1s: not a parameter of sliding_log`},
 		{`{"algorithm": "bucket"}`, `algorithm = "bucket": one of`},
 	} {
 		var p floodgate.Policy
 		err := json.Unmarshal([]byte(c.in), &p)
 		if err == nil || !errors.Is(err, floodgate.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Unmarshal(%s) = %v; want an ErrInvalidPolicy mentioning %q", c.in, err, c.want)
-		}
-	}
-}
-
-func TestCountsDeniedDefaults(t *testing.T) {
-	for _, a := range floodgate.Algorithms() {
-		p := floodgate.Policy{Algorithm: a}
-		if got, want := p.CountsDenied(), a == floodgate.SlidingLog; got != want {
-			t.Errorf("%s: CountsDenied() = %v with Default, want %v", a, got, want)
-		}
-		p.CountDenied = floodgate.On
-		if !p.CountsDenied() {
-			t.Errorf("%s: On is not on", a)
-		}
-		p.CountDenied = floodgate.Off
-		if p.CountsDenied() {
-			t.Errorf("%s: Off is not off", a)
 		}
 	}
 }

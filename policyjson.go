@@ -3,6 +3,7 @@ package floodgate
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -37,7 +38,7 @@ type limitJSON struct {
 // MarshalJSON returns the policy in SPEC.md's JSON form:
 // {"name":"api","algorithm":"gcra","rate":"100/1s","burst":10}.
 func (p Policy) MarshalJSON() ([]byte, error) {
-	j := policyJSON{Name: p.Name, Algorithm: p.Algorithm.String(), Track: p.Track}
+	j := policyJSON{Name: p.Name, Algorithm: string(p.Algorithm), Track: p.Track, CountDenied: p.CountDenied}
 	num := func(n int64) *json.Number {
 		v := json.Number(strconv.FormatInt(n, 10))
 		return &v
@@ -59,29 +60,38 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		}
 		j.Limits = append(j.Limits, lj)
 	}
-	if p.Max != 0 || p.Algorithm == FixedWindow {
-		if p.Algorithm == TokenBucket {
+	switch p.Algorithm {
+	case GCRA:
+		if p.Max != 0 || p.Window != 0 {
+			j.Rate = formatRate(p.Max, p.Window)
+		}
+	case TokenBucket:
+		if p.Max != 0 {
 			j.Limit = num(p.Max)
-		} else {
+		}
+		j.Window = dur(p.Window)
+	case SlidingLog:
+		if p.Max != 0 {
 			j.Max = num(p.Max)
 		}
-	}
-	j.Window = dur(p.Window)
-	if p.Algorithm == FixedWindow {
-		j.Align = p.Align.String()
+		j.Interval = dur(p.Window)
+	case FixedWindow:
+		j.Max = num(p.Max)
+		j.Window = dur(p.Window)
+		j.Align = string(AlignEpoch)
+		if p.Align != "" {
+			j.Align = string(p.Align)
+		}
+	default:
+		if p.Max != 0 {
+			j.Max = num(p.Max)
+		}
+		j.Window = dur(p.Window)
 	}
 	if p.Burst != 0 {
 		j.Burst = num(p.Burst)
 	}
-	j.Interval = dur(p.Interval)
 	j.MinInterval = dur(p.MinInterval)
-	if p.Rate != (Rate{}) {
-		j.Rate = p.Rate.String()
-	}
-	if p.CountDenied != Default {
-		b := p.CountDenied == On
-		j.CountDenied = &b
-	}
 	j.Retention = dur(p.Retention)
 	return json.Marshal(j)
 }
@@ -98,15 +108,14 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 	if err := dec.Decode(&j); err != nil {
 		return &PolicyError{Policy: j.Name, Field: "json", Allowed: "a policy object with SPEC.md's fields: " + err.Error()}
 	}
-	q := Policy{Name: j.Name, Track: j.Track}
+	a := Algorithm(j.Algorithm)
+	q := Policy{Name: j.Name, Algorithm: a, Track: j.Track, CountDenied: j.CountDenied}
 	perr := func(field, value, allowed string) error {
 		return &PolicyError{Policy: j.Name, Field: field, Value: value, Allowed: allowed}
 	}
-	a, err := ParseAlgorithm(j.Algorithm)
-	if err != nil {
+	if !a.valid() {
 		return perr("algorithm", quote(j.Algorithm), algorithmList)
 	}
-	q.Algorithm = a
 	dur := func(field, s string) (time.Duration, error) {
 		if s == "" {
 			return 0, nil
@@ -127,6 +136,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		}
 		return v, nil
 	}
+	var err error
 	for i, lj := range j.Limits {
 		f := "limits[" + strconv.Itoa(i) + "]."
 		var l Limit
@@ -146,12 +156,38 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		}
 		q.Limits = append(q.Limits, l)
 	}
-	switch {
-	case a == TokenBucket && j.Max != nil:
-		return perr("max", j.Max.String(), "not a parameter of token_bucket (its quota is limit)")
-	case a != TokenBucket && j.Limit != nil:
-		return perr("limit", j.Limit.String(), "not a parameter of "+a.String())
-	case a == TokenBucket:
+	// Each algorithm's quota under SPEC.md's names: max (and window or
+	// interval), limit, rate. A name of another algorithm is an error.
+	own := map[Algorithm][]string{
+		FixedWindow: {"max", "window"}, TokenBucket: {"limit", "window"},
+		SlidingLog: {"max", "interval"}, GCRA: {"rate"},
+	}[a]
+	for _, f := range []struct {
+		name string
+		set  bool
+		val  string
+	}{
+		{"max", j.Max != nil, numString(j.Max)}, {"limit", j.Limit != nil, numString(j.Limit)},
+		{"window", j.Window != "", j.Window}, {"interval", j.Interval != "", j.Interval}, {"rate", j.Rate != "", j.Rate},
+	} {
+		if f.set && !slices.Contains(own, f.name) {
+			allowed := "not a parameter of " + j.Algorithm
+			if a == TokenBucket && f.name == "max" {
+				allowed = "not a parameter of token_bucket (its quota is limit)"
+			} else if a == SlidingWindow || a == AR1 {
+				allowed += " (its limits carry max, window and resolution)"
+			}
+			return perr(f.name, f.val, allowed)
+		}
+	}
+	switch a {
+	case GCRA:
+		if j.Rate != "" {
+			if q.Max, q.Window, err = parseRate("rate", j.Rate); err != nil {
+				return err
+			}
+		}
+	case TokenBucket:
 		if q.Max, err = integer("limit", j.Limit); err != nil {
 			return err
 		}
@@ -160,15 +196,24 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 			return err
 		}
 	}
-	if q.Window, err = dur("window", j.Window); err != nil {
-		return err
+	if a == SlidingLog {
+		if q.Window, err = dur("interval", j.Interval); err != nil {
+			return err
+		}
+	} else if a != GCRA {
+		if q.Window, err = dur("window", j.Window); err != nil {
+			return err
+		}
 	}
 	if j.Align != "" {
-		if err := q.Align.UnmarshalText([]byte(j.Align)); err != nil {
+		if j.Align != string(AlignEpoch) && j.Align != string(AlignFirst) {
 			return perr("align", quote(j.Align), "epoch or first")
 		}
 		if a != FixedWindow {
-			return perr("align", j.Align, "not a parameter of "+a.String())
+			return perr("align", j.Align, "not a parameter of "+j.Algorithm)
+		}
+		if j.Align == string(AlignFirst) {
+			q.Align = AlignFirst
 		}
 	}
 	if q.Burst, err = integer("burst", j.Burst); err != nil {
@@ -177,23 +222,19 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 	if a == GCRA && j.Burst == nil {
 		q.Burst = 1
 	}
-	if q.Interval, err = dur("interval", j.Interval); err != nil {
-		return err
-	}
 	if q.MinInterval, err = dur("min_interval", j.MinInterval); err != nil {
 		return err
-	}
-	if j.Rate != "" {
-		if q.Rate, err = ParseRate(j.Rate); err != nil {
-			return err
-		}
-	}
-	if j.CountDenied != nil {
-		q.CountDenied = SwitchOf(*j.CountDenied)
 	}
 	if q.Retention, err = dur("retention", j.Retention); err != nil {
 		return err
 	}
 	*p = q
 	return nil
+}
+
+func numString(n *json.Number) string {
+	if n == nil {
+		return ""
+	}
+	return n.String()
 }

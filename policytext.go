@@ -51,15 +51,14 @@ func parsePolicyText(text string) (Policy, error) {
 		toks := strings.Fields(clause)
 		if ci == 0 && len(toks) > 0 {
 			if c := toks[0][0]; ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') && !strings.Contains(toks[0], "/") {
-				a, err := ParseAlgorithm(toks[0])
-				if err != nil {
-					return Policy{}, err
+				p.Algorithm = Algorithm(toks[0])
+				if !p.Algorithm.valid() {
+					return Policy{}, &PolicyError{Field: "algorithm", Value: quote(toks[0]), Allowed: algorithmList}
 				}
-				p.Algorithm = a
 				toks = toks[1:]
 			}
 		}
-		if ci == 0 && p.Algorithm == 0 {
+		if ci == 0 && p.Algorithm == "" {
 			p.Algorithm = GCRA
 		}
 		if len(toks) == 0 {
@@ -84,20 +83,15 @@ func parsePolicyText(text string) (Policy, error) {
 			p.Limits = append(p.Limits, Limit{Max: max, Resolution: res})
 			lim = &p.Limits[len(p.Limits)-1]
 		} else {
-			r, err := ParseRate(toks[0])
+			count, period, err := parseRate("rate", toks[0])
 			if err != nil {
 				return Policy{}, err
 			}
-			switch p.Algorithm {
-			case GCRA:
-				p.Rate = r
-			case FixedWindow, TokenBucket:
-				p.Max, p.Window = r.Count, r.Period
-			case SlidingLog:
-				p.Max, p.Interval = r.Count, r.Period
-			case SlidingWindow:
-				p.Limits = append(p.Limits, Limit{Max: float64(r.Count), Window: r.Period})
+			if p.Algorithm == SlidingWindow {
+				p.Limits = append(p.Limits, Limit{Max: float64(count), Window: period})
 				lim = &p.Limits[len(p.Limits)-1]
+			} else {
+				p.Max, p.Window = count, period
 			}
 		}
 		if err := parseOptions(&p, lim, toks[1:]); err != nil {
@@ -157,9 +151,10 @@ func parseOptions(p *Policy, lim *Limit, toks []string) error {
 			if err != nil {
 				return err
 			}
-			if err := p.Align.UnmarshalText([]byte(s)); err != nil {
-				return err
+			if s != string(AlignEpoch) && s != string(AlignFirst) {
+				return &PolicyError{Field: "align", Value: quote(s), Allowed: "epoch or first"}
 			}
+			p.Align = Align(s)
 		case "min_interval", "retention", "resolution":
 			s, err := next("a duration")
 			if err != nil {
@@ -176,7 +171,7 @@ func parseOptions(p *Policy, lim *Limit, toks []string) error {
 				p.Retention = d
 			case "resolution":
 				if lim == nil || p.Algorithm != SlidingWindow {
-					return &PolicyError{Field: "resolution", Value: s, Allowed: "not a parameter of " + p.Algorithm.String()}
+					return &PolicyError{Field: "resolution", Value: s, Allowed: "not a parameter of " + string(p.Algorithm)}
 				}
 				lim.Resolution = d
 			}
@@ -190,11 +185,12 @@ func parseOptions(p *Policy, lim *Limit, toks []string) error {
 				return &PolicyError{Field: "decay", Value: quote(s), Allowed: "a number > 1"}
 			}
 			if lim == nil || p.Algorithm != AR1 {
-				return &PolicyError{Field: "decay", Value: s, Allowed: "not a parameter of " + p.Algorithm.String()}
+				return &PolicyError{Field: "decay", Value: s, Allowed: "not a parameter of " + string(p.Algorithm)}
 			}
 			lim.Decay = f
 		case "count_denied":
-			p.CountDenied = SwitchOf(boolean())
+			b := boolean()
+			p.CountDenied = &b
 		case "track":
 			p.Track = boolean()
 		default:
@@ -207,32 +203,12 @@ func parseOptions(p *Policy, lim *Limit, toks []string) error {
 
 // String returns the policy's parameters in the text form ParsePolicy
 // reads, starting with the algorithm: "gcra 100/1m burst 1". The name is not
-// part of it.
+// part of it. Two valid policies with the same text decide alike.
 func (p Policy) String() string {
 	var b strings.Builder
-	b.WriteString(p.Algorithm.String())
+	b.WriteString(string(p.Algorithm))
 	b.WriteByte(' ')
 	switch p.Algorithm {
-	case GCRA:
-		b.WriteString(p.Rate.String())
-		b.WriteString(" burst ")
-		b.WriteString(strconv.FormatInt(p.Burst, 10))
-	case FixedWindow:
-		b.WriteString(Per(p.Max, p.Window).String())
-		if p.Align != AlignEpoch {
-			b.WriteString(" align ")
-			b.WriteString(p.Align.String())
-		}
-	case TokenBucket:
-		b.WriteString(Per(p.Max, p.Window).String())
-		b.WriteString(" burst ")
-		b.WriteString(strconv.FormatInt(p.Burst, 10))
-	case SlidingLog:
-		b.WriteString(Per(p.Max, p.Interval).String())
-		if p.MinInterval != 0 {
-			b.WriteString(" min_interval ")
-			b.WriteString(formatDuration(p.MinInterval))
-		}
 	case SlidingWindow, AR1:
 		for i, l := range p.Limits {
 			if i > 0 {
@@ -250,10 +226,24 @@ func (p Policy) String() string {
 				b.WriteString(strconv.FormatFloat(l.Decay, 'g', -1, 64))
 			}
 		}
+	default:
+		b.WriteString(formatRate(p.Max, p.Window))
 	}
-	if p.CountDenied != Default {
+	if p.Burst != 0 {
+		b.WriteString(" burst ")
+		b.WriteString(strconv.FormatInt(p.Burst, 10))
+	}
+	if p.Align != "" && p.Align != AlignEpoch {
+		b.WriteString(" align ")
+		b.WriteString(string(p.Align))
+	}
+	if p.MinInterval != 0 {
+		b.WriteString(" min_interval ")
+		b.WriteString(formatDuration(p.MinInterval))
+	}
+	if p.CountDenied != nil {
 		b.WriteString(" count_denied ")
-		b.WriteString(strconv.FormatBool(p.CountDenied == On))
+		b.WriteString(strconv.FormatBool(*p.CountDenied))
 	}
 	if p.Track {
 		b.WriteString(" track")

@@ -59,8 +59,8 @@ func gcraContenders(p gcraParams) []contender {
 			return newFloodgate(tb, floodgate.Policy{
 				Name:      "bench_gcra",
 				Algorithm: floodgate.GCRA,
-				Rate:      floodgate.Per(p.count, p.period),
-				Burst:     p.burst,
+				Max:       p.count, Window: p.period,
+				Burst: p.burst,
 			})
 		}},
 		{"x-time-rate", func(tb testing.TB) allower {

@@ -18,6 +18,8 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -28,6 +30,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // Config is a loaded, validated configuration. Zero fields mean the
@@ -42,7 +46,7 @@ type Config struct {
 	Store   Store
 	Failure Failure
 	Admin   Admin
-	Limits  Limits
+	Bounds  RequestBounds // the "limits" section: bounds on requests to the service
 	Listen  Listen
 	Envoy   Envoy
 
@@ -82,13 +86,25 @@ type Store struct {
 }
 
 // Failure says what the service answers when the store fails or exceeds
-// its timeout.
+// its timeout (package failure applies it).
 type Failure struct {
-	// Mode is "open" (allow; the default), "closed" (deny with
-	// Retry-After) or "fallback" (decide on a local memory store).
-	Mode string
+	// Mode is failure.Open (allow; the default), failure.Closed (deny with
+	// Retry-After) or failure.Fallback (decide on a local memory store).
+	Mode failure.Mode
 	// RetryAfter is the Retry-After of a fail-closed denial; 0 means 1s.
 	RetryAfter time.Duration
+	// Breaker configures the circuit breaker of each store node; zero
+	// fields take failure's defaults.
+	Breaker failure.Breaker
+}
+
+// FailurePolicy returns the failure policy of the configuration: f with the
+// store's timeout, and fallback for failure.Fallback mode.
+func (c *Config) FailurePolicy(fallback floodgate.Store) failure.Policy {
+	return failure.Policy{
+		Mode: c.Failure.Mode, Timeout: c.Store.Timeout, RetryAfter: c.Failure.RetryAfter,
+		Breaker: c.Failure.Breaker, Fallback: fallback,
+	}
 }
 
 // Admin protects the admin endpoints (reset, key listings).
@@ -98,11 +114,12 @@ type Admin struct {
 	Token string
 }
 
-// Limits bound requests to the service.
-type Limits struct {
+// RequestBounds bound requests to the service (the configuration's
+// "limits" section; not to be confused with a policy's rate limits).
+type RequestBounds struct {
 	MaxBodyBytes   int64 // 0 means 1 MiB
 	MaxBatch       int   // items per /v1/check; 0 means 1000
-	MaxKeyBytes    int   // 0 means floodgate.DefaultMaxKeyLen
+	MaxKeyBytes    int   // 0 means storekit.DefaultMaxKeyLen
 	MaxDescriptors int   // per RLS request; 0 means 64
 }
 
@@ -127,6 +144,9 @@ type Listen struct {
 	TLSCert, TLSKey string
 }
 
+// MaxTimeout bounds store.timeout.
+const MaxTimeout = time.Minute
+
 // Defaults of the fields above.
 const (
 	DefaultTimeout        = 50 * time.Millisecond
@@ -146,23 +166,20 @@ func (c *Config) withDefaults() {
 	if c.Store.Timeout == 0 {
 		c.Store.Timeout = DefaultTimeout
 	}
-	if c.Failure.Mode == "" {
-		c.Failure.Mode = "open"
-	}
 	if c.Failure.RetryAfter == 0 {
 		c.Failure.RetryAfter = DefaultRetryAfter
 	}
-	if c.Limits.MaxBodyBytes == 0 {
-		c.Limits.MaxBodyBytes = DefaultMaxBodyBytes
+	if c.Bounds.MaxBodyBytes == 0 {
+		c.Bounds.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	if c.Limits.MaxBatch == 0 {
-		c.Limits.MaxBatch = DefaultMaxBatch
+	if c.Bounds.MaxBatch == 0 {
+		c.Bounds.MaxBatch = DefaultMaxBatch
 	}
-	if c.Limits.MaxKeyBytes == 0 {
-		c.Limits.MaxKeyBytes = floodgate.DefaultMaxKeyLen
+	if c.Bounds.MaxKeyBytes == 0 {
+		c.Bounds.MaxKeyBytes = storekit.DefaultMaxKeyLen
 	}
-	if c.Limits.MaxDescriptors == 0 {
-		c.Limits.MaxDescriptors = DefaultMaxDescriptors
+	if c.Bounds.MaxDescriptors == 0 {
+		c.Bounds.MaxDescriptors = DefaultMaxDescriptors
 	}
 	if c.Listen.HTTP == "" {
 		c.Listen.HTTP = DefaultHTTP
@@ -348,19 +365,26 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 		r.store(f.value, &cfg.Store)
 	}
 	if f, ok := fs["failure"]; ok {
-		ff := r.fields(f.value, "failure", "mode", "retry_after")
+		ff := r.fields(f.value, "failure", "mode", "retry_after", "breaker")
 		if v, ok := ff["mode"]; ok {
 			if s, ok := r.str(v.value, "failure.mode"); ok {
-				if !contains([]string{"open", "closed", "fallback"}, s) {
+				m, err := failure.ParseMode(s)
+				if err != nil {
 					r.errorf(v.value, "failure.mode", "want open, closed or fallback, found %q", s)
 				}
-				cfg.Failure.Mode = s
+				cfg.Failure.Mode = m
 			}
 		}
 		if v, ok := ff["retry_after"]; ok {
 			if d, ok := r.duration(v.value, "failure.retry_after", time.Second); ok {
+				if d%time.Second != 0 {
+					r.errorf(v.value, "failure.retry_after", "want whole seconds (Retry-After is in seconds), found %s", d)
+				}
 				cfg.Failure.RetryAfter = d
 			}
+		}
+		if v, ok := ff["breaker"]; ok {
+			r.breaker(v.value, &cfg.Failure.Breaker)
 		}
 	}
 	if f, ok := fs["admin"]; ok {
@@ -377,19 +401,19 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 	if f, ok := fs["limits"]; ok {
 		lf := r.fields(f.value, "limits", "max_body_bytes", "max_batch", "max_key_bytes", "max_descriptors")
 		if v, ok := lf["max_body_bytes"]; ok {
-			cfg.Limits.MaxBodyBytes, _ = r.integer(v.value, "limits.max_body_bytes", 1024, 1<<30)
+			cfg.Bounds.MaxBodyBytes, _ = r.integer(v.value, "limits.max_body_bytes", 1024, 1<<30)
 		}
 		if v, ok := lf["max_batch"]; ok {
 			n, _ := r.integer(v.value, "limits.max_batch", 1, 100_000)
-			cfg.Limits.MaxBatch = int(n)
+			cfg.Bounds.MaxBatch = int(n)
 		}
 		if v, ok := lf["max_key_bytes"]; ok {
 			n, _ := r.integer(v.value, "limits.max_key_bytes", 1, 1<<20)
-			cfg.Limits.MaxKeyBytes = int(n)
+			cfg.Bounds.MaxKeyBytes = int(n)
 		}
 		if v, ok := lf["max_descriptors"]; ok {
 			n, _ := r.integer(v.value, "limits.max_descriptors", 1, 10_000)
-			cfg.Limits.MaxDescriptors = int(n)
+			cfg.Bounds.MaxDescriptors = int(n)
 		}
 	}
 	if f, ok := fs["listen"]; ok {
@@ -404,6 +428,51 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 		cfg.Listen = Listen{HTTP: get("http"), GRPC: get("grpc"), TLSCert: get("tls_cert"), TLSKey: get("tls_key")}
 		if (cfg.Listen.TLSCert == "") != (cfg.Listen.TLSKey == "") {
 			r.errorf(f.value, "listen", "tls_cert and tls_key go together: give both or neither")
+		}
+		for _, k := range []string{"http", "grpc"} {
+			if v, ok := lf[k]; ok && get(k) != "" {
+				if err := CheckAddr(get(k), true); err != nil {
+					r.errorf(v.value, "listen."+k, "%v", err)
+				}
+			}
+		}
+	}
+}
+
+// breaker reads failure.breaker: the circuit breaker's settings, each
+// within the bounds failure.Policy accepts.
+func (r *reader) breaker(n *yaml.Node, b *failure.Breaker) {
+	bf := r.fields(n, "failure.breaker", "disabled", "window", "min_calls", "failure_ratio", "open_for")
+	if v, ok := bf["disabled"]; ok {
+		b.Disabled, _ = r.boolean(v.value, "failure.breaker.disabled")
+	}
+	if v, ok := bf["window"]; ok {
+		if d, ok := r.duration(v.value, "failure.breaker.window", time.Second); ok {
+			if d > 10*time.Minute {
+				r.errorf(v.value, "failure.breaker.window", "want a duration from 1s to 10m, found %s", d)
+			}
+			b.Window = d
+		}
+	}
+	if v, ok := bf["min_calls"]; ok {
+		n, _ := r.integer(v.value, "failure.breaker.min_calls", 1, 1_000_000)
+		b.MinCalls = int(n)
+	}
+	if v, ok := bf["failure_ratio"]; ok {
+		if s, ok := r.scalar(v.value, "failure.breaker.failure_ratio", "a number above 0, at most 1"); ok {
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil || !(f > 0 && f <= 1) {
+				r.errorf(v.value, "failure.breaker.failure_ratio", "want a number above 0, at most 1, found %q", s)
+			}
+			b.FailureRatio = f
+		}
+	}
+	if v, ok := bf["open_for"]; ok {
+		if d, ok := r.duration(v.value, "failure.breaker.open_for", 10*time.Millisecond); ok {
+			if d > time.Minute {
+				r.errorf(v.value, "failure.breaker.open_for", "want a duration from 10ms to 1m, found %s", d)
+			}
+			b.OpenFor = d
 		}
 	}
 }
@@ -621,7 +690,12 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 		s.Addrs, _ = r.strings(v.value, "store.addrs")
 	}
 	if v, ok := fs["timeout"]; ok {
-		s.Timeout, _ = r.duration(v.value, "store.timeout", time.Millisecond)
+		if d, ok := r.duration(v.value, "store.timeout", time.Millisecond); ok {
+			if d > MaxTimeout {
+				r.errorf(v.value, "store.timeout", "want at most %s (a decision that waits longer is no rate limit), found %s", MaxTimeout, d)
+			}
+			s.Timeout = d
+		}
 	}
 	if v, ok := fs["max_keys"]; ok {
 		n, _ := r.integer(v.value, "store.max_keys", 1, math.MaxInt32)
@@ -671,6 +745,13 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 	default:
 		r.errorf(line("type"), "store.type", "want memory, redis, redis-cluster or redis-sentinel, found %q", s.Type)
 	}
+	if s.Type == "redis-cluster" || s.Type == "redis-sentinel" {
+		for i, a := range s.Addrs {
+			if err := CheckAddr(a, false); err != nil {
+				r.errorf(line("addrs"), fmt.Sprintf("store.addrs[%d]", i), "%v", err)
+			}
+		}
+	}
 	if s.MaxKeys != 0 && s.Type != "memory" && s.Type != "" {
 		r.errorf(line("max_keys"), "store.max_keys", "applies to the memory store only")
 	}
@@ -683,11 +764,50 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 }
 
 // CheckRedisURL reports what is wrong with a Redis URL, or nil: its scheme
-// must be redis or rediss, with a host.
+// must be redis or rediss, with a host, a port (if given) from 1 to 65535
+// and a database number (if given) from 0. The error never holds the
+// URL's password.
 func CheckRedisURL(u string) error {
+	want := "want redis://[user:password@]host:port[/db] or rediss:// for TLS"
 	scheme, rest, ok := strings.Cut(u, "://")
 	if !ok || (scheme != "redis" && scheme != "rediss") || rest == "" || strings.HasPrefix(rest, "/") {
-		return fmt.Errorf("want redis://[user:password@]host:port[/db] or rediss:// for TLS, found %q", RedactURL(u))
+		return fmt.Errorf("%s, found %q", want, RedactURL(u))
+	}
+	pu, err := url.Parse(u)
+	if err != nil {
+		return fmt.Errorf("%s, found %q (not a URL)", want, RedactURL(u))
+	}
+	if p := pu.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %s of %q: want a port from 1 to 65535", p, RedactURL(u))
+		}
+	}
+	if db := strings.Trim(pu.Path, "/"); db != "" {
+		if n, err := strconv.Atoi(db); err != nil || n < 0 {
+			return fmt.Errorf("database %q of %q: want a number from 0 (the server's databases setting bounds it)", db, RedactURL(u))
+		}
+	}
+	return nil
+}
+
+// CheckAddr reports what is wrong with a network address, or nil: it must
+// be host:port (the host may be empty, as in ":8080", or an IPv6 literal in
+// brackets) with a port from 1 to 65535 (0 when zeroPort: any free port).
+func CheckAddr(a string, zeroPort bool) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port, such as 127.0.0.1:6379 (%v)", a, strings.TrimPrefix(err.Error(), "address "+a+": "))
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("%q: want host:port, such as 127.0.0.1:6379", a)
+	}
+	n, err := strconv.Atoi(port)
+	low := 1
+	if zeroPort {
+		low = 0
+	}
+	if err != nil || n < low || n > 65535 {
+		return fmt.Errorf("%q: want a port from %d to 65535, found %q", a, low, port)
 	}
 	return nil
 }

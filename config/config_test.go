@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // src returns a Source; a leading newline in data is dropped, so that
@@ -106,7 +107,7 @@ listen:
 envoy:
   shadow: true
 `, []string{
-			"f.yaml:2: failure.modus: unknown field; allowed here: mode, retry_after",
+			"f.yaml:2: failure.modus: unknown field; allowed here: mode, retry_after, breaker",
 			"f.yaml:4: admin.password: unknown field; allowed here: token",
 			"f.yaml:6: limits.max_keys: unknown field; allowed here: max_body_bytes, max_batch, max_key_bytes, max_descriptors",
 			"f.yaml:8: listen.https: unknown field; allowed here: http, grpc, tls_cert, tls_key",
@@ -326,6 +327,49 @@ failure:
 `, []string{
 			`f.yaml:2: failure.mode: want open, closed or fallback, found "sometimes"`,
 			`f.yaml:3: failure.retry_after: want a duration of at least 1s, found 100ms`,
+		}},
+		{"store addresses and timeout", `
+store:
+  addrs: [foo, "host:99999", "h:6379"]
+  timeout: 1000h
+`, []string{
+			`f.yaml:2: store.addrs[0]: "foo": want host:port, such as 127.0.0.1:6379 (missing port in address)`,
+			`f.yaml:2: store.addrs[1]: "host:99999": want a port from 1 to 65535, found "99999"`,
+			`f.yaml:3: store.timeout: want at most 1m0s (a decision that waits longer is no rate limit), found 1000h0m0s`,
+		}},
+		{"store url port and db", `
+store:
+  url: redis://h:99999/0
+`, []string{`f.yaml:2: store.url: port 99999 of "redis://h:99999/0": want a port from 1 to 65535`}},
+		{"store url db", `
+store:
+  url: redis://user:secret@h:6379/x
+`, []string{`f.yaml:2: store.url: database "x" of "redis://user:***@h:6379/x": want a number from 0 (the server's databases setting bounds it)`}},
+		{"listen addresses", `
+listen:
+  http: not an address
+  grpc: ":0"
+`, []string{`f.yaml:2: listen.http: "not an address": want host:port, such as 127.0.0.1:6379 (missing port in address)`}},
+		{"failure.retry_after not whole seconds", `
+failure:
+  retry_after: 1500ms
+`, []string{`f.yaml:2: failure.retry_after: want whole seconds (Retry-After is in seconds), found 1.5s`}},
+		{"failure.breaker out of bounds", `
+failure:
+  breaker:
+    window: 20m
+    min_calls: 0
+    failure_ratio: 1.5
+    open_for: 5ms
+    disabled: maybe
+    half_open: true
+`, []string{
+			`f.yaml:3: failure.breaker.window: want a duration from 1s to 10m, found 20m0s`,
+			`f.yaml:4: failure.breaker.min_calls: want an integer from 1 to 1000000, found "0"`,
+			`f.yaml:5: failure.breaker.failure_ratio: want a number above 0, at most 1, found "1.5"`,
+			`f.yaml:6: failure.breaker.open_for: want a duration of at least 10ms, found 5ms`,
+			`f.yaml:7: failure.breaker.disabled: want true or false, found "maybe"`,
+			`f.yaml:8: failure.breaker.half_open: unknown field; allowed here: disabled, window, min_calls, failure_ratio, open_for`,
 		}},
 		{"admin token too short", `
 admin:
@@ -744,7 +788,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	ds := cfg.Domains[0].Descriptors
-	if rl := ds[1].RateLimit; rl == nil || rl.Unit != "second" || rl.RequestsPerUnit != 5 {
+	if rl := ds[1].RateLimit; rl == nil || rl.Unit != Second || rl.RequestsPerUnit != 5 {
 		t.Errorf("aliased rate limit: %+v", rl)
 	}
 	if len(ds[2].Descriptors) != 1 || ds[2].Descriptors[0].Key != "c" || ds[2].Descriptors[0].RateLimit.RequestsPerUnit != 5 {
@@ -773,6 +817,11 @@ store:
 failure:
   mode: closed
   retry_after: 2s
+  breaker:
+    window: 30s
+    min_calls: 50
+    failure_ratio: 0.25
+    open_for: 250ms
 admin:
   token: 0123456789abcdef
 limits:
@@ -796,11 +845,12 @@ envoy:
 	if s.Type != "redis-sentinel" || s.Master != "mymaster" || len(s.Addrs) != 2 || s.Timeout != 20*time.Millisecond || s.Batching || !s.OverLimitCache {
 		t.Errorf("store: %+v", s)
 	}
-	if cfg.Failure != (Failure{Mode: "closed", RetryAfter: 2 * time.Second}) || cfg.Admin.Token != "0123456789abcdef" {
+	wantBreaker := failure.Breaker{Window: 30 * time.Second, MinCalls: 50, FailureRatio: 0.25, OpenFor: 250 * time.Millisecond}
+	if cfg.Failure != (Failure{Mode: failure.Closed, RetryAfter: 2 * time.Second, Breaker: wantBreaker}) || cfg.Admin.Token != "0123456789abcdef" {
 		t.Errorf("failure %+v, admin %+v", cfg.Failure, cfg.Admin)
 	}
-	if cfg.Limits != (Limits{MaxBodyBytes: DefaultMaxBodyBytes, MaxBatch: 10, MaxKeyBytes: floodgate.DefaultMaxKeyLen, MaxDescriptors: DefaultMaxDescriptors}) {
-		t.Errorf("limits: %+v", cfg.Limits)
+	if cfg.Bounds != (RequestBounds{MaxBodyBytes: DefaultMaxBodyBytes, MaxBatch: 10, MaxKeyBytes: storekit.DefaultMaxKeyLen, MaxDescriptors: DefaultMaxDescriptors}) {
+		t.Errorf("limits: %+v", cfg.Bounds)
 	}
 	if cfg.Listen != (Listen{HTTP: "0.0.0.0:8080", GRPC: DefaultGRPC, TLSCert: "cert.pem", TLSKey: "key.pem"}) {
 		t.Errorf("listen: %+v", cfg.Listen)
@@ -812,7 +862,7 @@ envoy:
 		t.Fatalf("domains: %+v", cfg.Domains)
 	}
 	d := cfg.Domains[0]
-	if rl := d.Descriptors[0].RateLimit; d.File != "d.yaml" || d.Line != 1 || rl.Unit != "minute" || rl.RequestsPerUnit != 100 || rl.Line != 4 {
+	if rl := d.Descriptors[0].RateLimit; d.File != "d.yaml" || d.Line != 1 || rl.Unit != Minute || rl.RequestsPerUnit != 100 || rl.Line != 4 {
 		t.Errorf("domain %+v, first rate limit %+v", d, rl)
 	}
 	if rl := d.Descriptors[1].RateLimit; rl.Policy != "api" || d.Descriptors[1].Line != 5 {
@@ -827,7 +877,7 @@ envoy:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Store.Type != "memory" || cfg.Failure.Mode != "open" || cfg.Listen.HTTP != DefaultHTTP || cfg.Limits.MaxBatch != DefaultMaxBatch {
+	if cfg.Store.Type != "memory" || cfg.Failure.Mode != failure.Open || cfg.Listen.HTTP != DefaultHTTP || cfg.Bounds.MaxBatch != DefaultMaxBatch {
 		t.Errorf("defaults: %+v", cfg)
 	}
 }

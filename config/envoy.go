@@ -1,9 +1,11 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -47,7 +49,7 @@ type Descriptor struct {
 // aligned to the unit, as envoyproxy/ratelimit counts), unlimited, or —
 // floodgate's extension — a floodgate policy, named or written inline.
 type RateLimit struct {
-	Unit            string // lower case: second, minute, hour, day, week, month, year
+	Unit            Unit // NoUnit for an unlimited one or a floodgate policy
 	RequestsPerUnit uint32
 	Unlimited       bool
 	Name            string
@@ -64,8 +66,68 @@ type RateLimit struct {
 	policyLine int
 }
 
-// Units are the rate limit units envoyproxy/ratelimit accepts (any case).
-var Units = []string{"second", "minute", "hour", "day", "week", "month", "year"}
+// Unit is a rate limit unit of Envoy's rate limit service, numbered as
+// RateLimitResponse.RateLimit.Unit is in the RLS v3 proto (SECOND = 1 …
+// YEAR = 6, then WEEK = 7, which came later), so that a transport converts
+// it with a plain conversion. The zero value, NoUnit, is the proto's
+// UNKNOWN. Units lists them from the shortest.
+type Unit uint8
+
+// The units, with envoyproxy/ratelimit's lengths (see Duration).
+const (
+	NoUnit Unit = iota
+	Second
+	Minute
+	Hour
+	Day
+	Month
+	Year
+	Week
+)
+
+// Units are the units from the shortest to the longest.
+var Units = []Unit{Second, Minute, Hour, Day, Week, Month, Year}
+
+var unitNames = [...]string{"", "second", "minute", "hour", "day", "month", "year", "week"}
+
+// unitSeconds are envoyproxy/ratelimit's window lengths: a month is 30
+// days and a year 365, windows aligned to the Unix epoch (weeks start on
+// Thursdays).
+var unitSeconds = [...]int64{0, 1, 60, 3600, 86400, 2592000, 31536000, 604800}
+
+// Valid reports whether u is one of the units (not NoUnit).
+func (u Unit) Valid() bool { return u >= Second && u <= Week }
+
+// String returns the unit's name in lower case ("second"), "" for NoUnit.
+func (u Unit) String() string {
+	if int(u) < len(unitNames) {
+		return unitNames[u]
+	}
+	return "Unit(" + strconv.Itoa(int(u)) + ")"
+}
+
+// Duration returns the unit's window as envoyproxy/ratelimit counts it: a
+// month is 30 days and a year 365 days; 0 for NoUnit.
+func (u Unit) Duration() time.Duration {
+	if int(u) < len(unitSeconds) {
+		return time.Duration(unitSeconds[u]) * time.Second
+	}
+	return 0
+}
+
+// ParseUnit parses a unit's name in any case ("second", "MINUTE"), as
+// envoyproxy/ratelimit accepts it; the error lists the units.
+func ParseUnit(s string) (Unit, error) {
+	l := strings.ToLower(s)
+	names := make([]string, len(Units))
+	for i, u := range Units {
+		if unitNames[u] == l {
+			return u, nil
+		}
+		names[i] = unitNames[u]
+	}
+	return NoUnit, fmt.Errorf("invalid rate limit unit %q: want one of %s (any case)", s, strings.Join(names, ", "))
+}
 
 // isEnvoyDomain reports whether a file's top level has a domain key.
 func isEnvoyDomain(root *yaml.Node) bool {
@@ -165,9 +227,9 @@ func (r *reader) rateLimit(n *yaml.Node, path string) *RateLimit {
 		return nil
 	}
 	rl := &RateLimit{Line: resolve(n).Line}
+	unit := ""
 	if f, ok := fs["unit"]; ok {
-		rl.Unit, _ = r.str(f.value, path+".unit")
-		rl.Unit = strings.ToLower(rl.Unit)
+		unit, _ = r.str(f.value, path+".unit")
 	}
 	if f, ok := fs["requests_per_unit"]; ok {
 		v, _ := r.integer(f.value, path+".requests_per_unit", 0, math.MaxUint32)
@@ -213,16 +275,20 @@ func (r *reader) rateLimit(n *yaml.Node, path string) *RateLimit {
 	switch {
 	case rl.Policy != "" && rl.Spec != "":
 		r.errorf(n, path, "give policy (a named policy) or floodgate (a policy's text form), not both")
-	case extension && (rl.Unit != "" || rl.RequestsPerUnit != 0 || rl.Unlimited):
+	case extension && (unit != "" || rl.RequestsPerUnit != 0 || rl.Unlimited):
 		r.errorf(n, path, "a floodgate policy replaces unit, requests_per_unit and unlimited: give one or the other")
-	case rl.Unlimited && rl.Unit != "":
+	case rl.Unlimited && unit != "":
 		r.errorf(fs["unit"].value, path+".unit", "should not specify rate limit unit when unlimited")
-	case !extension && !rl.Unlimited && !contains(Units, rl.Unit):
-		at := n
-		if f, ok := fs["unit"]; ok {
-			at = f.value
+	case !extension && !rl.Unlimited:
+		u, err := ParseUnit(unit)
+		if err != nil {
+			at := n
+			if f, ok := fs["unit"]; ok {
+				at = f.value
+			}
+			r.errorf(at, path+".unit", "%v", err)
 		}
-		r.errorf(at, path+".unit", "invalid rate limit unit %q: want one of %s (any case)", rl.Unit, strings.Join(Units, ", "))
+		rl.Unit = u
 	}
 	return rl
 }

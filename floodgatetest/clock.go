@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// ManualClock is a floodgate.Clock that only moves when told to, for tests
+// ManualClock is a storekit.Clock that only moves when told to, for tests
 // and replays. Its resolution is the microsecond, the unit of every
 // decision. It is safe for concurrent use.
 type ManualClock struct {

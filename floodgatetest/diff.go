@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // A Chooser supplies the choices of a differential run: a seeded random
@@ -66,7 +67,7 @@ func RandomPolicy(c Chooser, name string) floodgate.Policy {
 			250*time.Millisecond, time.Second, 3*time.Second, 10*time.Second, time.Minute)
 	}
 	p := floodgate.Policy{Name: name}
-	switch pick(c, floodgate.Algorithms()...) {
+	switch pick(c, storekit.Algorithms()...) {
 	case floodgate.SlidingWindow:
 		p.Algorithm = floodgate.SlidingWindow
 		for i := int64(0); i <= c.IntN(3); i++ {
@@ -98,17 +99,17 @@ func RandomPolicy(c Chooser, name string) floodgate.Policy {
 		p.Window = dur()
 	case floodgate.SlidingLog:
 		p.Algorithm = floodgate.SlidingLog
-		p.Max, p.Interval = 1+c.IntN(6), dur()
-		p.MinInterval = pick(c, 0, 0, p.Interval/10, p.Interval/3, p.Interval)
+		p.Max, p.Window = 1+c.IntN(6), dur()
+		p.MinInterval = pick(c, 0, 0, p.Window/10, p.Window/3, p.Window)
 		p.MinInterval -= p.MinInterval % time.Microsecond
 	case floodgate.GCRA:
 		p.Algorithm = floodgate.GCRA
 		count := 1 + c.IntN(7)
 		period := max(dur(), time.Duration(count)*time.Microsecond)
-		p.Rate = floodgate.Per(count, period)
+		p.Max, p.Window = count, period
 		p.Burst = 1 + c.IntN(5)
 	}
-	p.CountDenied = pick(c, floodgate.Default, floodgate.On, floodgate.Off)
+	p.CountDenied = pick(c, nil, new(true), new(false))
 	return p
 }
 
@@ -204,9 +205,9 @@ func Differential(t testing.TB, c Chooser, a, b floodgate.Store, clock *ManualCl
 		db, errB := b.Take(ctx, req)
 		if errA != nil || errB != nil || da != db {
 			t.Fatalf("stores disagree on %s (count_denied %v), key %q:\n%s  first:  %v (err %v)\n  second: %v (err %v)",
-				p.String(), p.CountsDenied(), key, describe(history, key), da, errA, db, errB)
+				p.String(), storekit.CountsDenied(&p), key, describe(history, key), da, errA, db, errB)
 		}
-		if !req.Peek && (da.Allowed || p.CountsDenied()) {
+		if !req.Peek && (da.Allowed || storekit.CountsDenied(&p)) {
 			eff := now // rule 1: a step before t_last happens at t_last
 			if k.recorded && k.tlast > now {
 				eff = k.tlast

@@ -7,7 +7,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		floodgatetest.Run(t, floodgatetest.Harness{
-//			NewStore: func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+//			NewStore: func(t *testing.T, clock storekit.Clock) floodgate.Store {
 //				s, err := mystore.New(mystore.WithClock(clock))
 //				if err != nil {
 //					t.Fatal(err)
@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
 // VectorsEnv names the environment variable that may point at a folder of
@@ -42,14 +44,14 @@ const VectorsEnv = "FLOODGATE_VECTORS"
 type Harness struct {
 	// NewStore returns an empty store that reads the time from clock. The
 	// suite closes every store it gets.
-	NewStore func(t *testing.T, clock floodgate.Clock) floodgate.Store
+	NewStore func(t *testing.T, clock storekit.Clock) floodgate.Store
 
 	// Prefix starts every policy name the suite uses, so that runs sharing
 	// a backend never meet. Optional.
 	Prefix string
 
 	// MaxKeyLen is the longest key the store accepts; 0 means
-	// floodgate.DefaultMaxKeyLen.
+	// storekit.DefaultMaxKeyLen.
 	MaxKeyLen int
 
 	// Goroutines is the number of goroutines of the concurrency checks;
@@ -66,7 +68,7 @@ type Harness struct {
 	Keys func(floodgate.Store) int
 }
 
-func (h *Harness) open(t *testing.T, clock floodgate.Clock) floodgate.Store {
+func (h *Harness) open(t *testing.T, clock storekit.Clock) floodgate.Store {
 	t.Helper()
 	s := h.NewStore(t, clock)
 	if s == nil {
@@ -78,8 +80,8 @@ func (h *Harness) open(t *testing.T, clock floodgate.Clock) floodgate.Store {
 
 func (h *Harness) name(s string) string {
 	n := h.Prefix + s
-	if len(n) > floodgate.MaxNameLen {
-		n = n[:floodgate.MaxNameLen]
+	if len(n) > storekit.MaxNameLen {
+		n = n[:storekit.MaxNameLen]
 	}
 	return n
 }
@@ -456,7 +458,7 @@ func (h *Harness) testConcurrency(t *testing.T) {
 					at += rng.Int64N(4_000_000)
 				}
 				for k, n := range admitted {
-					if bound := MaxAdmitted(&conc, first, last); n > bound {
+					if bound := MaxAdmitted(&conc, 1, first, last); n > bound {
 						t.Fatalf("%s %s: admitted %d from %d to %d µs; SPEC.md allows at most %d", p.String(), keys[k], n, first, last, bound)
 					}
 				}
@@ -473,10 +475,10 @@ func (h *Harness) testInvalid(t *testing.T) {
 	ctx := context.Background()
 	maxLen := h.MaxKeyLen
 	if maxLen == 0 {
-		maxLen = floodgate.DefaultMaxKeyLen
+		maxLen = storekit.DefaultMaxKeyLen
 	}
-	good := floodgate.Policy{Name: h.name("invalid"), Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(10), Burst: 1}
-	bad := floodgate.Policy{Name: h.name("invalid-bad"), Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(10)}
+	good := floodgate.Policy{Name: h.name("invalid"), Algorithm: floodgate.GCRA, Max: 10, Window: time.Second, Burst: 1}
+	bad := floodgate.Policy{Name: h.name("invalid-bad"), Algorithm: floodgate.GCRA, Max: 10, Window: time.Second}
 	secret := "secret-key-" + strings.Repeat("s", 20)
 	cases := []struct {
 		name string
@@ -515,9 +517,9 @@ func (h *Harness) testInvalid(t *testing.T) {
 func (h *Harness) testUsage(t *testing.T) {
 	clock := NewManualClock(time.UnixMicro(BaseMicros))
 	store := h.open(t, clock)
-	lister, ok := store.(floodgate.UsageLister)
+	lister, ok := store.(usage.Lister)
 	if !ok {
-		t.Skip("store is not a floodgate.UsageLister")
+		t.Skip("store is not a usage.Lister")
 	}
 	ctx := context.Background()
 	p, err := floodgate.ParsePolicy(h.name("usage"), "fixed_window 3/1m track retention 1h")
@@ -540,7 +542,7 @@ func (h *Harness) testUsage(t *testing.T) {
 	clock.SetMicros(t0 + 20_000_000)
 	take(t, store, &p, "c", 4, false)
 
-	list := func(by floodgate.UsageOrder, limit int) string {
+	list := func(by usage.Order, limit int) string {
 		us, err := lister.TopKeys(ctx, p.Name, by, limit)
 		if err != nil {
 			t.Fatalf("TopKeys(%v, %d): %v", by, limit, err)
@@ -553,36 +555,36 @@ func (h *Harness) testUsage(t *testing.T) {
 		return strings.TrimSpace(b.String())
 	}
 	for _, c := range []struct {
-		by    floodgate.UsageOrder
+		by    usage.Order
 		limit int
 		want  string
 	}{
-		{floodgate.ByRequests, 10, "a:5/2@0-4000000 c:4/4@20000000-20000000 b:2/0@10000000-10000000"},
-		{floodgate.ByDenied, 10, "c:4/4@20000000-20000000 a:5/2@0-4000000 b:2/0@10000000-10000000"},
-		{floodgate.ByLastSeen, 2, "c:4/4@20000000-20000000 b:2/0@10000000-10000000"},
-		{floodgate.ByRequests, 1, "a:5/2@0-4000000"},
+		{usage.ByRequests, 10, "a:5/2@0-4000000 c:4/4@20000000-20000000 b:2/0@10000000-10000000"},
+		{usage.ByDenied, 10, "c:4/4@20000000-20000000 a:5/2@0-4000000 b:2/0@10000000-10000000"},
+		{usage.ByLastSeen, 2, "c:4/4@20000000-20000000 b:2/0@10000000-10000000"},
+		{usage.ByRequests, 1, "a:5/2@0-4000000"},
 	} {
 		if got := list(c.by, c.limit); got != c.want {
 			t.Errorf("TopKeys(%v, %d) = %q, want %q", c.by, c.limit, got, c.want)
 		}
 	}
-	if us, err := lister.TopKeys(ctx, untracked.Name, floodgate.ByRequests, 10); err != nil || len(us) != 0 {
+	if us, err := lister.TopKeys(ctx, untracked.Name, usage.ByRequests, 10); err != nil || len(us) != 0 {
 		t.Errorf("TopKeys of an untracked policy = %v, %v; want none", us, err)
 	}
 	if err := store.Reset(ctx, &p, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := list(floodgate.ByRequests, 10), "c:4/4@20000000-20000000 b:2/0@10000000-10000000"; got != want {
+	if got, want := list(usage.ByRequests, 10), "c:4/4@20000000-20000000 b:2/0@10000000-10000000"; got != want {
 		t.Errorf("after Reset(a): TopKeys = %q, want %q", got, want)
 	}
 	// The window's state is gone after a minute, usage stays for the
 	// retention of an hour after the last add, then goes.
 	clock.SetMicros(t0 + 10_000_000 + int64(time.Hour/time.Microsecond) - 1)
-	if got, want := list(floodgate.ByRequests, 10), "c:4/4@20000000-20000000 b:2/0@10000000-10000000"; got != want {
+	if got, want := list(usage.ByRequests, 10), "c:4/4@20000000-20000000 b:2/0@10000000-10000000"; got != want {
 		t.Errorf("within retention: TopKeys = %q, want %q", got, want)
 	}
 	clock.SetMicros(t0 + 20_000_000 + int64(time.Hour/time.Microsecond))
-	if got := list(floodgate.ByRequests, 10); got != "" {
+	if got := list(usage.ByRequests, 10); got != "" {
 		t.Errorf("after retention: TopKeys = %q, want none", got)
 	}
 }
@@ -595,9 +597,9 @@ func (h *Harness) testUsage(t *testing.T) {
 func (h *Harness) testUsageExpires(t *testing.T) {
 	clock := NewManualClock(time.UnixMicro(BaseMicros))
 	store := h.open(t, clock)
-	lister, ok := store.(floodgate.UsageLister)
+	lister, ok := store.(usage.Lister)
 	if !ok {
-		t.Skip("store is not a floodgate.UsageLister")
+		t.Skip("store is not a usage.Lister")
 	}
 	ctx := context.Background()
 	p, err := floodgate.ParsePolicy(h.name("usage-expiry"), "fixed_window 100/1s align first track")
@@ -605,7 +607,7 @@ func (h *Harness) testUsageExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := func() string {
-		us, err := lister.TopKeys(ctx, p.Name, floodgate.ByRequests, 10)
+		us, err := lister.TopKeys(ctx, p.Name, usage.ByRequests, 10)
 		if err != nil {
 			t.Fatalf("TopKeys: %v", err)
 		}
@@ -640,7 +642,7 @@ func (h *Harness) testUsageExpires(t *testing.T) {
 func (h *Harness) testClose(t *testing.T) {
 	clock := NewManualClock(time.UnixMicro(BaseMicros))
 	store := h.NewStore(t, clock)
-	p := floodgate.Policy{Name: h.name("close"), Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(10), Burst: 1}
+	p := floodgate.Policy{Name: h.name("close"), Algorithm: floodgate.GCRA, Max: 10, Window: time.Second, Burst: 1}
 	take(t, store, &p, "k", 1, false)
 	if err := store.Close(); err != nil {
 		t.Fatalf("Close: %v", err)

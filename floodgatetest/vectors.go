@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // The public conformance vectors of SPEC.md, copied from the project's
@@ -110,8 +111,8 @@ func (v *Vector) PolicyName(prefix string, i int) string {
 		}
 	}
 	s := fmt.Sprintf("%s%d-%s", prefix, i, name)
-	if len(s) > floodgate.MaxNameLen {
-		s = s[:floodgate.MaxNameLen]
+	if len(s) > storekit.MaxNameLen {
+		s = s[:storekit.MaxNameLen]
 	}
 	return s
 }

@@ -6,7 +6,7 @@
 //	store, err := memstore.New()
 //	if err != nil { ... }
 //	perIP, err := floodgate.NewLimiter(store, floodgate.Policy{
-//		Name: "per-ip", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(10), Burst: 20,
+//		Name: "per-ip", Algorithm: floodgate.GCRA, Max: 10, Window: time.Second, Burst: 20,
 //	})
 //	if err != nil { ... }
 //	limit, err := httplimit.New(httplimit.Config{
@@ -34,8 +34,8 @@
 // responses carry Retry-After; the widely deployed X-RateLimit-Limit,
 // -Remaining and -Reset can be added (Config.Headers). Seconds are always
 // rounded up: a client that waits Retry-After seconds is not refused again
-// by the policy that refused it. PolicyItems, FormatPolicy, FormatRateLimit
-// and SetHeaders produce the same fields for other transports.
+// by the policy that refused it. Package rlheader writes them, for this
+// middleware and for other transports alike.
 //
 // # Several policies
 //
@@ -46,10 +46,12 @@
 //
 // # Failures
 //
-// When a store fails or outlasts Failure.Timeout (50ms by default), the
-// failure policy decides: fail open (the default), fail closed with 503, or
-// ask a fallback limiter, typically on a memstore. Config.OnDecision sees
-// every decision, degraded or not, with the store's error. Config.Shadow
+// Wrap a rule's store with package failure (failure.Wrap) to choose what
+// happens when it fails or is slow: a timeout per call (50ms by default), a
+// circuit breaker per backend node, then fail open, fail closed (the
+// middleware answers 503 with Retry-After) or ask a fallback store,
+// typically a memstore. A store that is not wrapped and fails gets a 503.
+// Config.OnDecision sees every decision, degraded or not. Config.Shadow
 // decides and reports but never blocks.
 //
 // Custom Redis Lua scripts in the manner of PlugLimit are in the

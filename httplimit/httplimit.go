@@ -10,17 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
-)
-
-// Defaults of Config and Failure.
-const (
-	// DefaultTimeout bounds the store calls of one request when
-	// Failure.Timeout is zero.
-	DefaultTimeout = 50 * time.Millisecond
-
-	// DefaultFailClosedRetryAfter is the Retry-After of a fail-closed 503
-	// when Failure.RetryAfter is zero.
-	DefaultFailClosedRetryAfter = time.Second
+	"github.com/floodgatehq/floodgate/rlheader"
 )
 
 // ErrInvalidConfig is wrapped by the errors of New and ClientIP for a
@@ -32,95 +22,22 @@ func configError(field, value, allowed string) error {
 	return fmt.Errorf("%w: %s = %s: %s", ErrInvalidConfig, field, value, allowed)
 }
 
-// FailureMode says what happens to a request when a store fails: it
-// returns an error, or does not answer within Failure.Timeout.
-type FailureMode uint8
-
-const (
-	// FailOpen lets the request through, as if the failed policy had
-	// allowed it. It is the zero value: a rate limiter that is down
-	// should not take the service down with it.
-	FailOpen FailureMode = iota
-
-	// FailClosed answers 503 Service Unavailable with a Retry-After of
-	// Failure.RetryAfter, unless another policy denied the request (it
-	// gets its 429).
-	FailClosed
-
-	// FailFallback asks the rule's Fallback limiter instead (typically
-	// one on a memstore, with a policy sized for one instance). If the
-	// fallback fails too, the request is let through.
-	FailFallback
-)
-
-// String returns "fail-open", "fail-closed" or "fallback".
-func (m FailureMode) String() string {
-	switch m {
-	case FailOpen:
-		return "fail-open"
-	case FailClosed:
-		return "fail-closed"
-	case FailFallback:
-		return "fallback"
-	}
-	return "FailureMode(" + strconv.Itoa(int(m)) + ")"
-}
-
-// Failure is the failure policy: what the middleware does when a store
-// cannot decide. Its zero value fails open after DefaultTimeout.
-type Failure struct {
-	// Mode chooses what happens to the request; the zero value is
-	// FailOpen.
-	Mode FailureMode
-
-	// Timeout bounds all the store calls of one request together, as a
-	// context deadline: 0 means DefaultTimeout; a negative Timeout sets
-	// no deadline (the request's own context and the store's timeouts
-	// still apply). A store honours a deadline only as far as its client
-	// does: give a go-redis client ContextTimeoutEnabled: true (or read,
-	// write and dial timeouts no longer than Timeout), and MaxRetries: -1.
-	Timeout time.Duration
-
-	// RetryAfter is the Retry-After of a FailClosed 503, whole seconds
-	// from 1s; 0 means DefaultFailClosedRetryAfter.
-	RetryAfter time.Duration
-}
-
-// timeout returns the effective timeout; ≤ 0 for none.
-func (f Failure) timeout() time.Duration {
-	if f.Timeout == 0 {
-		return DefaultTimeout
-	}
-	return f.Timeout
-}
-
-func (f Failure) retryAfter() time.Duration {
-	if f.RetryAfter == 0 {
-		return DefaultFailClosedRetryAfter
-	}
-	return f.RetryAfter
-}
-
 // Rule is one policy applied on a route: a limiter and the key function
 // that tells whose quota a request uses.
 type Rule struct {
-	// Limiter decides, through its store and policy. Required.
+	// Limiter decides, through its store and policy. Required. Give it a
+	// store wrapped by package failure (failure.Wrap) to choose what
+	// happens when the store fails or is slow: a timeout, a breaker, and
+	// fail open, fail closed or a fallback store.
 	Limiter *floodgate.Limiter
 
 	// Key returns the request's key for this rule. Required.
 	Key KeyFunc
-
-	// Fallback decides in the limiter's place when its store fails and
-	// Failure.Mode is FailFallback (it is then required), with the same
-	// key. Its policy may differ, typically sized for one instance of a
-	// service whose shared store is down; responses then report the
-	// fallback's policy in RateLimit.
-	Fallback *floodgate.Limiter
 }
 
-// Config configures the middleware. Its zero value, with Rules set,
-// fails open after 50ms, sends the IETF fields and Retry-After, and
-// answers 400 when a key function fails.
+// Config configures the middleware. Its zero value, with Rules set, sends
+// the IETF fields and Retry-After, and answers 400 when a key function
+// fails.
 type Config struct {
 	// Rules are the policies applied to every request, in route order:
 	// at least one. A request passes only if every rule admits it.
@@ -135,8 +52,8 @@ type Config struct {
 	Rules []Rule
 
 	// Headers selects the response header fields; the zero value means
-	// DefaultHeaders (RateLimit-Policy, RateLimit and Retry-After).
-	Headers Headers
+	// rlheader.Default (RateLimit-Policy, RateLimit and Retry-After).
+	Headers rlheader.Fields
 
 	// KeyErrorStatus is the status of a request whose key function
 	// fails, or returns a key the store refuses (empty, or longer than the
@@ -145,92 +62,80 @@ type Config struct {
 	// body is an RFC 9457 problem.
 	KeyErrorStatus int
 
-	// Failure is the failure policy for store errors and timeouts.
-	Failure Failure
-
 	// Denied answers denied requests; nil means DeniedHandler (429 with
 	// a quota-exceeded problem). The rate limit header fields are set
-	// before it runs, and Results(r.Context()) gives the decisions.
+	// before it runs, and Decisions(r.Context()) gives the decisions.
 	Denied http.Handler
 
 	// Shadow decides and reports (header fields, OnDecision) but never
-	// blocks: denied requests, key errors and fail-closed failures all
-	// reach the next handler. Retry-After is not sent, since the response
-	// is not a denial. Use it to try a policy on live traffic.
+	// blocks: denied requests, key errors and store failures all reach the
+	// next handler. Retry-After is not sent, since the response is not a
+	// denial. Use it to try a policy on live traffic.
 	Shadow bool
 
 	// OnDecision, when set, is called once per request, after every rule
-	// is decided and before the response is chosen, with one Result per
-	// rule in route order. Every degraded decision (a store error handled
-	// by the failure policy) and every key error is visible there. It
-	// runs on the request's goroutine, so it should be quick; it may keep
-	// results. Keys are never passed to it.
-	OnDecision func(r *http.Request, results []Result)
+	// is decided and before the response is chosen, with one RuleDecision
+	// per rule in route order. Every degraded decision (Decision.Degraded:
+	// a failure policy decided) and every key or store error is visible
+	// there. It runs on the request's goroutine, so it should be quick; it
+	// may keep the slice. Keys are never passed to it.
+	OnDecision func(r *http.Request, decisions []RuleDecision)
 
 	// Now is the clock of X-RateLimit-Reset with XRateLimitResetUnix; nil
 	// means time.Now. Decisions use their store's clock.
 	Now func() time.Time
 }
 
-// Result is what one rule decided for one request.
-type Result struct {
-	// Policy is the policy that decided: the rule's, or its fallback's
-	// when Fallback is set. It must not be modified. Other deciders (such
-	// as luascript's scripts) leave it nil and set Name.
+// RuleDecision is what one rule decided for one request.
+type RuleDecision struct {
+	// Policy is the rule's policy. It must not be modified. Other deciders
+	// (such as luascript's scripts) leave it nil and set Name.
 	Policy *floodgate.Policy
 
-	// Name names the result when Policy is nil, in RateLimit and in a
+	// Name names the decision when Policy is nil, in RateLimit and in a
 	// problem's violated-policies.
 	Name string
 
-	// Decision is the decision. When the store failed it is made by the
-	// failure policy and Decision.Degraded is set: allowed for FailOpen,
-	// denied for FailClosed, the fallback's for FailFallback.
+	// Decision is the decision. Degraded is set when a failure policy made
+	// it (see package failure): allowed without numbers (fail open),
+	// denied without numbers (fail closed: the middleware answers 503), or
+	// a fallback store's decision.
 	Decision floodgate.Decision
 
-	// Err is why the decision is degraded (the store's error, wrapping
-	// floodgate.ErrUnavailable or the context's error; joined with the
-	// fallback's when that failed too), or why the rule has no decision
-	// (a key error, wrapping ErrKey). Nil for a decision of the store.
+	// Err is why the rule has no decision: a key error (wrapping ErrKey)
+	// or the store's error when the store is not wrapped by a failure
+	// policy (the middleware then answers 503). Nil for a decision.
 	Err error
-
-	// Fallback reports that Decision was made by the rule's fallback
-	// limiter after the store failed.
-	Fallback bool
 }
 
-// Known reports whether the result's numbers describe a real decision,
-// of the store or of a fallback: only known results are reported in
-// header fields and can deny.
-func (r Result) Known() bool { return r.Err == nil || r.Fallback }
-
-// itemName is the result's RateLimit item name.
-func (r Result) itemName() string {
-	if r.Policy != nil {
-		return ItemName(r.Policy, int(r.Decision.Binding))
-	}
-	return r.Name
+// item returns the decision as rlheader sees it.
+func (r *RuleDecision) item() rlheader.Item {
+	return rlheader.Item{Policy: r.Policy, Name: r.Name, Decision: r.Decision, Unknown: r.Err != nil}
 }
 
-// rule is a validated Rule with its policies.
+// failedClosed reports whether the decision is a failure policy's denial
+// (or a store error): the limiter could not decide, so the request gets a
+// 503, not a 429.
+func (r *RuleDecision) failedClosed() bool {
+	d := &r.Decision
+	return r.Err != nil && !errors.Is(r.Err, ErrKey) || d.Degraded && !d.Allowed && d.Limit == 0
+}
+
+// rule is a validated Rule with its policy.
 type rule struct {
-	lim, fallback *floodgate.Limiter
-	key           KeyFunc
-	policy        *floodgate.Policy // lim's policy
-	fbPolicy      *floodgate.Policy // fallback's policy, or nil
+	lim    *floodgate.Limiter
+	key    KeyFunc
+	policy *floodgate.Policy // lim's policy
 }
 
 type middleware struct {
 	rules      []rule
-	headers    Headers // never 0
-	policyHdr  string  // the RateLimit-Policy value, or ""
-	keyStatus  int     // 400 or 500
-	failure    Failure // validated
-	timeout    time.Duration
-	retryAfter string // fail-closed Retry-After value
+	headers    rlheader.Fields // resolved
+	policyHdr  string          // the RateLimit-Policy value, or ""
+	keyStatus  int             // 400 or 500
 	denied     http.Handler
 	shadow     bool
-	onDecision func(*http.Request, []Result)
+	onDecision func(*http.Request, []RuleDecision)
 	now        func() time.Time
 }
 
@@ -238,7 +143,9 @@ type middleware struct {
 // that every request is decided by every rule first. A request that every
 // rule admits reaches the handler with the rate limit header fields set;
 // a denied one gets c.Denied (429 by default); one whose key cannot be
-// found gets c.KeyErrorStatus. The middleware is safe for concurrent use.
+// found gets c.KeyErrorStatus; one a rule could not decide (a store error,
+// or a failure policy that fails closed) gets 503 Service Unavailable with
+// Retry-After. The middleware is safe for concurrent use.
 //
 // New returns an error wrapping ErrInvalidConfig, naming each field at
 // fault, when c cannot be used.
@@ -261,10 +168,8 @@ func newMiddleware(c Config) (*middleware, error) {
 		bad("Rules", "[]", "at least one rule")
 	}
 	m := &middleware{
-		headers:    c.Headers.orDefault(),
+		headers:    c.Headers.Resolve(),
 		keyStatus:  http.StatusBadRequest,
-		failure:    c.Failure,
-		timeout:    c.Failure.timeout(),
 		denied:     c.Denied,
 		shadow:     c.Shadow,
 		onDecision: c.OnDecision,
@@ -286,16 +191,9 @@ func newMiddleware(c Config) (*middleware, error) {
 			continue
 		}
 		p := r.Limiter.Policy()
-		ru := rule{lim: r.Limiter, key: r.Key, policy: &p}
-		if r.Fallback != nil {
-			fp := r.Fallback.Policy()
-			ru.fallback, ru.fbPolicy = r.Fallback, &fp
-		} else if c.Failure.Mode == FailFallback {
-			bad(field+".Fallback", "nil", "a *floodgate.Limiter when Failure.Mode is FailFallback")
-		}
-		m.rules = append(m.rules, ru)
+		m.rules = append(m.rules, rule{lim: r.Limiter, key: r.Key, policy: &p})
 	}
-	if why := c.Headers.check(); why != "" {
+	if why := c.Headers.Check(); why != "" {
 		bad("Headers", c.Headers.String(), why)
 	}
 	switch c.KeyErrorStatus {
@@ -305,36 +203,17 @@ func newMiddleware(c Config) (*middleware, error) {
 	default:
 		bad("KeyErrorStatus", strconv.Itoa(c.KeyErrorStatus), "0 (meaning 400), 400 or 500")
 	}
-	if err := c.Failure.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	m.retryAfter = strconv.FormatInt(ceilSeconds(c.Failure.retryAfter()), 10)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if m.headers&IETF != 0 {
-		var items []PolicyItem
+	if m.headers&rlheader.IETF != 0 {
+		items := make([]rlheader.Item, len(m.rules))
 		for i := range m.rules {
-			items = append(items, PolicyItems(m.rules[i].policy)...)
+			items[i].Policy = m.rules[i].policy
 		}
-		m.policyHdr = FormatPolicy(items)
+		m.policyHdr = rlheader.PolicyField(items)
 	}
 	return m, nil
-}
-
-// Validate returns nil when f is a usable failure policy, else an error
-// wrapping ErrInvalidConfig for each field at fault ("Failure.Mode",
-// "Failure.RetryAfter"). New validates Config.Failure with it; luascript
-// too.
-func (f Failure) Validate() error {
-	var errs []error
-	if f.Mode > FailFallback {
-		errs = append(errs, configError("Failure.Mode", f.Mode.String(), "FailOpen, FailClosed or FailFallback"))
-	}
-	if f.RetryAfter < 0 || f.RetryAfter%time.Second != 0 {
-		errs = append(errs, configError("Failure.RetryAfter", f.RetryAfter.String(), "whole seconds ≥ 1s, or 0 (meaning 1s)"))
-	}
-	return errors.Join(errs...)
 }
 
 // maxStackRules is how many rules the middleware decides without
@@ -343,10 +222,12 @@ const maxStackRules = 4
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	var keysBuf [maxStackRules]string
-	var resBuf [maxStackRules]Result
-	keys, results := keysBuf[:0], resBuf[:0]
+	var resBuf [maxStackRules]RuleDecision
+	var itemBuf [maxStackRules]rlheader.Item
+	keys, results, items := keysBuf[:0], resBuf[:0], itemBuf[:0]
 	if len(m.rules) > maxStackRules {
-		keys, results = make([]string, 0, len(m.rules)), make([]Result, 0, len(m.rules))
+		keys, results = make([]string, 0, len(m.rules)), make([]RuleDecision, 0, len(m.rules))
+		items = make([]rlheader.Item, 0, len(m.rules))
 	}
 
 	keyFailed := false
@@ -356,7 +237,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if err == nil && key == "" {
 			err = keyError("the key function returned an empty key")
 		}
-		res := Result{Policy: ru.policy}
+		res := RuleDecision{Policy: ru.policy}
 		if err != nil {
 			res.Err = wrapKeyError(err)
 			keyFailed = true
@@ -365,14 +246,20 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		results = append(results, res)
 	}
 
-	closed := false
 	if !keyFailed || m.shadow {
-		closed = m.decide(r.Context(), keys, results)
+		m.decide(r.Context(), keys, results)
 	}
+	closed, retry := false, time.Duration(0)
 	for i := range results {
-		if errors.Is(results[i].Err, ErrKey) {
+		res := &results[i]
+		if errors.Is(res.Err, ErrKey) {
 			keyFailed = true
 		}
+		if res.failedClosed() {
+			closed = true
+			retry = max(retry, res.Decision.RetryAfter)
+		}
+		items = append(items, res.item())
 	}
 
 	if m.onDecision != nil {
@@ -382,7 +269,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	h := w.Header()
 	if keyFailed && !m.shadow {
 		if m.policyHdr != "" {
-			h[headerRateLimitPolicy] = []string{m.policyHdr}
+			h["Ratelimit-Policy"] = []string{m.policyHdr}
 		}
 		WriteProblem(w, Problem{
 			Title:  http.StatusText(m.keyStatus),
@@ -394,23 +281,20 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	sel := m.headers
 	if m.shadow {
-		sel &^= RetryAfter
+		sel &^= rlheader.RetryAfter
 	}
-	bi := Binding(results)
-	if sel != 0 {
-		var now time.Time
-		if sel&XRateLimitResetUnix != 0 {
-			now = m.now()
-		}
-		setFields(h, sel, now, m.policyHdr, results, bi)
+	var now time.Time
+	if sel&rlheader.XRateLimitResetUnix != 0 {
+		now = m.now()
 	}
+	bi := rlheader.Set(h, sel|noneIfEmpty(sel), now, m.policyHdr, items)
 	switch {
 	case m.shadow:
 	case bi >= 0 && !results[bi].Decision.Allowed:
-		m.denied.ServeHTTP(w, r.WithContext(WithResults(r.Context(), slices.Clone(results))))
+		m.denied.ServeHTTP(w, r.WithContext(WithDecisions(r.Context(), slices.Clone(results))))
 		return
 	case closed:
-		h[headerRetryAfter] = []string{m.retryAfter}
+		h["Retry-After"] = []string{rlheader.RetryAfterValue(retry)}
 		WriteProblem(w, Problem{
 			Title:  http.StatusText(http.StatusServiceUnavailable),
 			Status: http.StatusServiceUnavailable,
@@ -421,6 +305,15 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	next.ServeHTTP(w, r)
 }
 
+// noneIfEmpty keeps rlheader.Set from reading an empty selection (the
+// middleware's own, with every field turned off) as the default.
+func noneIfEmpty(sel rlheader.Fields) rlheader.Fields {
+	if sel == 0 {
+		return rlheader.None
+	}
+	return 0
+}
+
 // wrapKeyError makes err wrap ErrKey.
 func wrapKeyError(err error) error {
 	if errors.Is(err, ErrKey) {
@@ -429,16 +322,9 @@ func wrapKeyError(err error) error {
 	return fmt.Errorf("%w: %w", ErrKey, err)
 }
 
-// decide fills results for the rules whose key was found, and reports
-// whether the request must fail closed. Rules are added to until one
-// denies (or fails closed), and peeked after that.
-func (m *middleware) decide(parent context.Context, keys []string, results []Result) (closed bool) {
-	ctx := parent
-	if m.timeout > 0 {
-		dc := newDeadlineCtx(parent, m.timeout)
-		defer dc.release()
-		ctx = dc
-	}
+// decide fills results for the rules whose key was found. Rules are added
+// to until one denies (or cannot decide), and peeked after that.
+func (m *middleware) decide(ctx context.Context, keys []string, results []RuleDecision) {
 	blocked := false
 	for i := range m.rules {
 		res := &results[i]
@@ -453,48 +339,15 @@ func (m *middleware) decide(parent context.Context, keys []string, results []Res
 		} else {
 			d, err = ru.lim.Allow(ctx, keys[i])
 		}
-		if err == nil {
+		switch {
+		case err == nil:
 			res.Decision = d
 			blocked = blocked || !d.Allowed
-			continue
-		}
-		if errors.Is(err, floodgate.ErrInvalidKey) {
+		case errors.Is(err, floodgate.ErrInvalidKey):
 			res.Err = wrapKeyError(err) // an empty or overlong key: the request's fault
-			continue
-		}
-		res.Err = err
-		switch m.failure.Mode {
-		case FailClosed:
-			res.Decision = floodgate.Decision{Degraded: true}
-			closed, blocked = true, true
-		case FailFallback:
-			d, ferr := m.fallback(parent, ru, keys[i], blocked)
-			if ferr != nil {
-				res.Err = errors.Join(err, ferr)
-				res.Decision = floodgate.Decision{Allowed: true, Degraded: true}
-				continue
-			}
-			d.Degraded = true
-			res.Decision, res.Policy, res.Fallback = d, ru.fbPolicy, true
-			blocked = blocked || !d.Allowed
 		default:
-			res.Decision = floodgate.Decision{Allowed: true, Degraded: true}
+			res.Err = err
+			blocked = true
 		}
 	}
-	return closed
-}
-
-// fallback asks the rule's fallback limiter, with a deadline of its own:
-// the request's may have passed already.
-func (m *middleware) fallback(parent context.Context, ru *rule, key string, peek bool) (floodgate.Decision, error) {
-	ctx := context.WithoutCancel(parent)
-	if m.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.timeout)
-		defer cancel()
-	}
-	if peek {
-		return ru.fallback.Peek(ctx, key, 1)
-	}
-	return ru.fallback.Allow(ctx, key)
 }

@@ -15,10 +15,26 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/httplimit"
+	"github.com/floodgatehq/floodgate/internal/rlheadertest"
 	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/rlheader"
 )
+
+// do serves req with h and checks every header field of the response as a
+// Structured Field.
+var do = rlheadertest.Serve
+
+func mustPolicy(t testing.TB, name, text string) floodgate.Policy {
+	t.Helper()
+	p, err := floodgate.ParsePolicy(name, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 // base is the tests' start instant: a whole hour, so that fixed windows
 // aligned to the epoch start with it.
@@ -169,7 +185,7 @@ func TestNeverAllowed(t *testing.T) {
 	e := newEnv(t)
 	h := wrap(t, httplimit.Config{
 		Rules:   []httplimit.Rule{{Limiter: e.limiter("closed", "fixed_window 0/1m"), Key: clientKey}},
-		Headers: httplimit.IETF | httplimit.XRateLimit | httplimit.RetryAfter,
+		Headers: rlheader.IETF | rlheader.XRateLimit | rlheader.RetryAfter,
 	})
 	rec := do(t, h, get("a"))
 	wantStatus(t, rec, 429)
@@ -187,11 +203,11 @@ func TestXRateLimitHeaders(t *testing.T) {
 	lim := e.limiter("api", "gcra 10/1s burst 5")
 	now := time.Unix(1_800_000_000, 0)
 	for _, c := range []struct {
-		sel       httplimit.Headers
+		sel       rlheader.Fields
 		wantReset string
 	}{
-		{httplimit.XRateLimit, "1"},
-		{httplimit.XRateLimit | httplimit.XRateLimitResetUnix, "1800000001"},
+		{rlheader.XRateLimit, "1"},
+		{rlheader.XRateLimit | rlheader.XRateLimitResetUnix, "1800000001"},
 	} {
 		h := wrap(t, httplimit.Config{
 			Rules: []httplimit.Rule{{Limiter: lim, Key: clientKey}}, Headers: c.sel,
@@ -205,10 +221,10 @@ func TestXRateLimitHeaders(t *testing.T) {
 		wantHeader(t, rec, "RateLimit", "")
 		wantHeader(t, rec, "RateLimit-Policy", "")
 	}
-	h := wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: lim, Key: clientKey}}, Headers: httplimit.NoHeaders})
+	h := wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: lim, Key: clientKey}}, Headers: rlheader.None})
 	rec := do(t, h, get("none"))
 	if len(rec.Header()) != 1 { // Content-Type of the handler
-		t.Errorf("NoHeaders: %v", rec.Header())
+		t.Errorf("None: %v", rec.Header())
 	}
 }
 
@@ -284,11 +300,11 @@ func TestMultiLimitPolicy(t *testing.T) {
 
 func TestShadow(t *testing.T) {
 	e := newEnv(t)
-	var seen [][]httplimit.Result
+	var seen [][]httplimit.RuleDecision
 	h := wrap(t, httplimit.Config{
 		Rules:      []httplimit.Rule{{Limiter: e.limiter("api", "fixed_window 1/1m"), Key: clientKey}},
 		Shadow:     true,
-		OnDecision: func(r *http.Request, res []httplimit.Result) { seen = append(seen, res) },
+		OnDecision: func(r *http.Request, res []httplimit.RuleDecision) { seen = append(seen, res) },
 	})
 	wantStatus(t, do(t, h, get("a")), 200)
 	rec := do(t, h, get("a"))
@@ -307,7 +323,7 @@ func TestCustomDenied(t *testing.T) {
 	h := wrap(t, httplimit.Config{
 		Rules: []httplimit.Rule{{Limiter: e.limiter("api", "fixed_window 0/1m"), Key: clientKey}},
 		Denied: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			res := httplimit.Results(r.Context())
+			res := httplimit.Decisions(r.Context())
 			w.WriteHeader(http.StatusTeapot)
 			fmt.Fprintf(w, "%d %s %v", len(res), res[0].Policy.Name, res[0].Decision.Allowed)
 		}),
@@ -318,15 +334,15 @@ func TestCustomDenied(t *testing.T) {
 		t.Errorf("body %q", rec.Body)
 	}
 	wantHeader(t, rec, "RateLimit", `"api";r=0`)
-	if got := httplimit.Results(context.Background()); got != nil {
-		t.Errorf("Results of a bare context = %v", got)
+	if got := httplimit.Decisions(context.Background()); got != nil {
+		t.Errorf("Decisions of a bare context = %v", got)
 	}
 }
 
 func TestKeyErrors(t *testing.T) {
 	e := newEnv(t, memstore.WithMaxKeyLen(8))
 	first := e.limiter("first", "fixed_window 5/1m")
-	var hooked []httplimit.Result
+	var hooked []httplimit.RuleDecision
 	for _, status := range []int{0, 400, 500} {
 		h := wrap(t, httplimit.Config{
 			Rules: []httplimit.Rule{
@@ -334,7 +350,7 @@ func TestKeyErrors(t *testing.T) {
 				{Limiter: e.limiter("second", "fixed_window 5/1m"), Key: clientKey},
 			},
 			KeyErrorStatus: status,
-			OnDecision:     func(r *http.Request, res []httplimit.Result) { hooked = res },
+			OnDecision:     func(r *http.Request, res []httplimit.RuleDecision) { hooked = res },
 		})
 		want := max(status, 400)
 		for _, c := range []struct {
@@ -378,13 +394,10 @@ func TestConfigErrors(t *testing.T) {
 		{httplimit.Config{}, []string{"Rules = []: at least one rule"}},
 		{httplimit.Config{Rules: []httplimit.Rule{{Key: clientKey}}}, []string{"Rules[0].Limiter = nil"}},
 		{httplimit.Config{Rules: []httplimit.Rule{{Limiter: lim}}}, []string{"Rules[0].Key = nil"}},
-		{httplimit.Config{Rules: rules, Failure: httplimit.Failure{Mode: httplimit.FailFallback}}, []string{"Rules[0].Fallback = nil"}},
-		{httplimit.Config{Rules: rules, Failure: httplimit.Failure{Mode: 7}}, []string{"Failure.Mode = FailureMode(7)"}},
-		{httplimit.Config{Rules: rules, Failure: httplimit.Failure{RetryAfter: 1500 * time.Millisecond}}, []string{"Failure.RetryAfter = 1.5s: whole seconds"}},
 		{httplimit.Config{Rules: rules, KeyErrorStatus: 403}, []string{"KeyErrorStatus = 403: 0 (meaning 400), 400 or 500"}},
-		{httplimit.Config{Rules: rules, Headers: httplimit.NoHeaders | httplimit.IETF}, []string{"Headers = IETF|NoHeaders"}},
-		{httplimit.Config{Rules: rules, Headers: httplimit.XRateLimitResetUnix}, []string{"XRateLimitResetUnix together with XRateLimit"}},
-		{httplimit.Config{Rules: rules, Headers: 0x40}, []string{"Headers = Headers(0x40)"}},
+		{httplimit.Config{Rules: rules, Headers: rlheader.None | rlheader.IETF}, []string{"Headers = IETF|None"}},
+		{httplimit.Config{Rules: rules, Headers: rlheader.XRateLimitResetUnix}, []string{"XRateLimitResetUnix together with XRateLimit"}},
+		{httplimit.Config{Rules: rules, Headers: 0x40}, []string{"Headers = Fields(0x40)"}},
 		{httplimit.Config{Rules: []httplimit.Rule{{}, {}}, KeyErrorStatus: 1}, []string{"Rules[0].Limiter", "Rules[1].Limiter", "KeyErrorStatus = 1"}},
 	} {
 		_, err := httplimit.New(c.cfg)
@@ -420,113 +433,127 @@ func (s *flakyStore) Take(ctx context.Context, req floodgate.Request) (floodgate
 	return s.Store.Take(ctx, req)
 }
 
+// TestFailureModes: a store under a failure policy (package failure)
+// fails open, closed or to a fallback store, and the middleware answers
+// each as documented; an unwrapped store's error is a 503.
 func TestFailureModes(t *testing.T) {
 	e := newEnv(t)
 	flaky := &flakyStore{Store: e.store}
-	primary := newLimiter(t, flaky, "api", "fixed_window 100/1m")
-	fallback := e.limiter("api-local", "fixed_window 1/1m")
+	local := newEnv(t) // the fallback: a store of its own
 	var mu sync.Mutex
-	var last []httplimit.Result
-	hook := func(r *http.Request, res []httplimit.Result) { mu.Lock(); last = res; mu.Unlock() }
-	newH := func(f httplimit.Failure) http.Handler {
+	var last []httplimit.RuleDecision
+	hook := func(r *http.Request, res []httplimit.RuleDecision) { mu.Lock(); last = res; mu.Unlock() }
+	newH := func(p failure.Policy) http.Handler {
+		s, err := failure.Wrap(flaky, p)
+		if err != nil {
+			t.Fatal(err)
+		}
 		return wrap(t, httplimit.Config{
-			Rules:      []httplimit.Rule{{Limiter: primary, Key: clientKey, Fallback: fallback}},
-			Failure:    f,
+			Rules:      []httplimit.Rule{{Limiter: newLimiter(t, s, "api", "fixed_window 2/1m"), Key: clientKey}},
 			OnDecision: hook,
 		})
 	}
 	flaky.fail.Store(true)
 
 	t.Run("open", func(t *testing.T) {
-		rec := do(t, newH(httplimit.Failure{}), get("a"))
+		rec := do(t, newH(failure.Policy{}), get("a"))
 		wantStatus(t, rec, 200)
-		wantHeader(t, rec, "RateLimit-Policy", `"api";q=100;w=60`)
-		wantHeader(t, rec, "RateLimit", "") // nothing known to report
-		if r := last[0]; !r.Decision.Allowed || !r.Decision.Degraded || !errors.Is(r.Err, floodgate.ErrUnavailable) || r.Fallback {
+		wantHeader(t, rec, "RateLimit-Policy", `"api";q=2;w=60`)
+		wantHeader(t, rec, "RateLimit", "") // nothing known to report: never a claimed r=0
+		if r := last[0]; !r.Decision.Allowed || !r.Decision.Degraded || r.Err != nil {
 			t.Errorf("hook saw %+v", r)
 		}
 	})
 	t.Run("closed", func(t *testing.T) {
-		rec := do(t, newH(httplimit.Failure{Mode: httplimit.FailClosed, RetryAfter: 3 * time.Second}), get("a"))
+		rec := do(t, newH(failure.Policy{Mode: failure.Closed, RetryAfter: 3 * time.Second}), get("a"))
 		wantStatus(t, rec, 503)
 		wantHeader(t, rec, "Retry-After", "3")
+		wantHeader(t, rec, "RateLimit", "")
 		if p := problem(t, rec); p.Type != httplimit.BlankType || p.Title != "Service Unavailable" {
 			t.Errorf("problem %+v", p)
 		}
-		if r := last[0]; r.Decision.Allowed || !r.Decision.Degraded || !errors.Is(r.Err, floodgate.ErrUnavailable) {
+		if r := last[0]; r.Decision.Allowed || !r.Decision.Degraded {
 			t.Errorf("hook saw %+v", r)
 		}
-		rec = do(t, newH(httplimit.Failure{Mode: httplimit.FailClosed}), get("a"))
+		rec = do(t, newH(failure.Policy{Mode: failure.Closed}), get("a"))
 		wantHeader(t, rec, "Retry-After", "1")
 	})
 	t.Run("fallback", func(t *testing.T) {
-		h := newH(httplimit.Failure{Mode: httplimit.FailFallback})
-		rec := do(t, h, get("a"))
-		wantStatus(t, rec, 200)
-		wantHeader(t, rec, "RateLimit", `"api-local";r=0;t=60`)
-		if r := last[0]; !r.Fallback || !r.Decision.Degraded || r.Policy.Name != "api-local" || !errors.Is(r.Err, floodgate.ErrUnavailable) {
-			t.Errorf("hook saw %+v", r)
-		}
-		rec = do(t, h, get("a"))
-		wantStatus(t, rec, 429)
-		wantHeader(t, rec, "Retry-After", "60")
-		if p := problem(t, rec); !slices.Equal(p.ViolatedPolicies, []string{"api-local"}) {
-			t.Errorf("problem %+v", p)
+		h := newH(failure.Policy{Mode: failure.Fallback, Fallback: local.store})
+		for n, want := range []int{200, 200, 429} {
+			rec := do(t, h, get("a"))
+			wantStatus(t, rec, want)
+			if r := last[0]; !r.Decision.Degraded || r.Policy.Name != "api" || r.Err != nil {
+				t.Errorf("request %d: hook saw %+v", n+1, r)
+			}
+			if n == 1 {
+				wantHeader(t, rec, "RateLimit", `"api";r=0;t=60`) // the fallback's numbers
+			}
+			if want == 429 {
+				wantHeader(t, rec, "Retry-After", "60")
+				if p := problem(t, rec); !slices.Equal(p.ViolatedPolicies, []string{"api"}) {
+					t.Errorf("problem %+v", p)
+				}
+			}
 		}
 	})
 	t.Run("fallback fails too", func(t *testing.T) {
-		broken := &flakyStore{Store: e.store}
+		broken := &flakyStore{Store: local.store}
 		broken.fail.Store(true)
-		h := wrap(t, httplimit.Config{
-			Rules:      []httplimit.Rule{{Limiter: primary, Key: clientKey, Fallback: newLimiter(t, broken, "x", "gcra 1/1s")}},
-			Failure:    httplimit.Failure{Mode: httplimit.FailFallback},
-			OnDecision: hook,
-		})
-		wantStatus(t, do(t, h, get("a")), 200)
-		if r := last[0]; r.Fallback || !r.Decision.Allowed || !r.Decision.Degraded || !strings.Contains(r.Err.Error(), "down\nfloodgate") {
-			t.Errorf("hook saw %+v (%v)", r, r.Err)
+		rec := do(t, newH(failure.Policy{Mode: failure.Fallback, Fallback: broken}), get("b"))
+		wantStatus(t, rec, 200)
+		wantHeader(t, rec, "RateLimit", "")
+		if r := last[0]; !r.Decision.Allowed || !r.Decision.Degraded {
+			t.Errorf("hook saw %+v", r)
 		}
 	})
 	t.Run("closed but another rule denies", func(t *testing.T) {
+		s, err := failure.Wrap(flaky, failure.Policy{Mode: failure.Closed})
+		if err != nil {
+			t.Fatal(err)
+		}
 		h := wrap(t, httplimit.Config{
 			Rules: []httplimit.Rule{
 				{Limiter: e.limiter("zero", "fixed_window 0/1m"), Key: clientKey},
-				{Limiter: primary, Key: clientKey},
+				{Limiter: newLimiter(t, s, "api", "fixed_window 2/1m"), Key: clientKey},
 			},
-			Failure: httplimit.Failure{Mode: httplimit.FailClosed},
 		})
 		rec := do(t, h, get("a"))
 		wantStatus(t, rec, 429)
 		wantHeader(t, rec, "RateLimit", `"zero";r=0`)
 	})
+	t.Run("unwrapped store", func(t *testing.T) {
+		h := wrap(t, httplimit.Config{
+			Rules:      []httplimit.Rule{{Limiter: newLimiter(t, flaky, "api", "fixed_window 2/1m"), Key: clientKey}},
+			OnDecision: hook,
+		})
+		rec := do(t, h, get("a"))
+		wantStatus(t, rec, 503)
+		wantHeader(t, rec, "Retry-After", "1")
+		if r := last[0]; !errors.Is(r.Err, floodgate.ErrUnavailable) {
+			t.Errorf("hook saw %+v", r)
+		}
+	})
 	flaky.fail.Store(false)
 	flaky.hang.Store(true)
 	t.Run("timeout", func(t *testing.T) {
-		for _, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed, httplimit.FailFallback} {
-			h := newH(httplimit.Failure{Mode: mode, Timeout: 30 * time.Millisecond})
+		for _, mode := range []failure.Mode{failure.Open, failure.Closed, failure.Fallback} {
+			h := newH(failure.Policy{Mode: mode, Timeout: 30 * time.Millisecond, Fallback: local.store})
 			start := time.Now()
 			rec := do(t, h, get("t-"+mode.String()))
-			if took := time.Since(start); took < 30*time.Millisecond || took > 130*time.Millisecond {
+			// At least the timeout (the store hangs), and no hang: the
+			// bound is far above any scheduling delay.
+			if took := time.Since(start); took < 30*time.Millisecond || took > 5*time.Second {
 				t.Errorf("%s: request took %v with a 30ms timeout", mode, took)
 			}
-			if want := map[httplimit.FailureMode]int{httplimit.FailOpen: 200, httplimit.FailClosed: 503, httplimit.FailFallback: 200}[mode]; rec.Code != want {
+			if want := map[failure.Mode]int{failure.Open: 200, failure.Closed: 503, failure.Fallback: 200}[mode]; rec.Code != want {
 				t.Errorf("%s: status %d, want %d", mode, rec.Code, want)
 			}
-			if !errors.Is(last[0].Err, context.DeadlineExceeded) {
-				t.Errorf("%s: hook error %v, want the deadline", mode, last[0].Err)
+			if !last[0].Decision.Degraded {
+				t.Errorf("%s: hook saw %+v, want a degraded decision", mode, last[0])
 			}
 		}
 	})
-}
-
-func TestFailureModeString(t *testing.T) {
-	for m, want := range map[httplimit.FailureMode]string{
-		httplimit.FailOpen: "fail-open", httplimit.FailClosed: "fail-closed", httplimit.FailFallback: "fallback", 9: "FailureMode(9)",
-	} {
-		if got := m.String(); got != want {
-			t.Errorf("String() = %s, want %s", got, want)
-		}
-	}
 }
 
 // TestSpoofedForwardingThroughMiddleware checks end to end that a client

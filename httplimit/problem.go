@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/rlheader"
 )
 
 // Problem types of the responses the middleware writes.
@@ -58,32 +59,37 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 	w.Write(append(body, '\n'))
 }
 
-// resultsKey is the context key of a request's results.
-type resultsKey struct{}
+// decisionsKey is the context key of a request's decisions.
+type decisionsKey struct{}
 
-// Results returns the results of the request whose context is ctx, as the
-// middleware decided them, one per rule in route order; nil when there are
-// none. The middleware adds them to the request it hands to
+// Decisions returns the decisions of the request whose context is ctx, as
+// the middleware made them, one per rule in route order; nil when there
+// are none. The middleware adds them to the request it hands to
 // Config.Denied. The slice must not be modified.
-func Results(ctx context.Context) []Result {
-	r, _ := ctx.Value(resultsKey{}).([]Result)
+func Decisions(ctx context.Context) []RuleDecision {
+	r, _ := ctx.Value(decisionsKey{}).([]RuleDecision)
 	return r
 }
 
-// WithResults returns a copy of ctx carrying results, for Results. A
+// WithDecisions returns a copy of ctx carrying decisions, for Decisions. A
 // handler written for Config.Denied can be tested with it.
-func WithResults(ctx context.Context, results []Result) context.Context {
-	return context.WithValue(ctx, resultsKey{}, results)
+func WithDecisions(ctx context.Context, decisions []RuleDecision) context.Context {
+	return context.WithValue(ctx, decisionsKey{}, decisions)
 }
 
 // DeniedHandler is the default Config.Denied: a 429 Too Many Requests
 // with an RFC 9457 body of the quota-exceeded problem type, whose
-// violated-policies member names the item of every denied result (see
-// Results). The rate limit header fields are already set when it runs.
+// violated-policies member names the RateLimit item of every denying rule
+// (see Decisions). The rate limit header fields are already set when it
+// runs.
 var DeniedHandler http.Handler = http.HandlerFunc(denied)
 
 func denied(w http.ResponseWriter, r *http.Request) {
-	results := Results(r.Context())
+	results := Decisions(r.Context())
+	items := make([]rlheader.Item, len(results))
+	for i := range results {
+		items[i] = results[i].item()
+	}
 	p := Problem{
 		Type:   QuotaExceededType,
 		Title:  "Too Many Requests",
@@ -91,18 +97,22 @@ func denied(w http.ResponseWriter, r *http.Request) {
 		Detail: "The request exceeds the rate limit.",
 	}
 	for i := range results {
-		if res := &results[i]; res.Known() && !res.Decision.Allowed {
-			if name := res.itemName(); name != "" {
+		if res := &results[i]; res.Err == nil && !res.Decision.Allowed && !res.failedClosed() {
+			name := res.Name
+			if res.Policy != nil {
+				name = rlheader.ItemName(res.Policy, int(res.Decision.Binding))
+			}
+			if name != "" {
 				p.ViolatedPolicies = append(p.ViolatedPolicies, name)
 			}
 		}
 	}
-	if bi := Binding(results); bi >= 0 && !results[bi].Decision.Allowed {
+	if bi := rlheader.Binding(items); bi >= 0 && !results[bi].Decision.Allowed {
 		switch d := results[bi].Decision; {
 		case d.RetryAfter == floodgate.Never:
 			p.Detail = "The request exceeds what the rate limit can ever admit: retrying will not help."
 		case d.RetryAfter > 0:
-			p.Detail = "The request exceeds the rate limit: retry in " + strconv.FormatInt(ceilSeconds(d.RetryAfter), 10) + " s."
+			p.Detail = "The request exceeds the rate limit: retry in " + rlheader.RetryAfterValue(d.RetryAfter) + " s."
 		}
 	}
 	WriteProblem(w, p)

@@ -11,7 +11,9 @@ import (
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/httplimit"
+	"github.com/floodgatehq/floodgate/internal/rlheadertest"
 	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/rlheader"
 )
 
 // TestRetryAfterProperty checks SPEC.md's promise for HTTP: a client that
@@ -46,7 +48,7 @@ func TestRetryAfterProperty(t *testing.T) {
 		}
 		h := wrap(t, httplimit.Config{
 			Rules:   []httplimit.Rule{{Limiter: lim, Key: clientKey}},
-			Headers: httplimit.IETF | httplimit.XRateLimit | httplimit.RetryAfter,
+			Headers: rlheader.IETF | rlheader.XRateLimit | rlheader.RetryAfter,
 		})
 		var history []string
 		fail := func(format string, args ...any) {
@@ -65,7 +67,7 @@ func TestRetryAfterProperty(t *testing.T) {
 				fail("status %d", rec.Code)
 			}
 			denials++
-			_, params := parseItem(t, rec.Header().Get("RateLimit"))
+			_, params := rlheadertest.ParseItem(t, rec.Header().Get("RateLimit"))
 			ra := rec.Header().Get("Retry-After")
 			if ra == "" {
 				nevers++

@@ -9,7 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/httplimit"
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/redisstore"
@@ -29,35 +30,35 @@ func redisClient(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
-// TestFailurePolicyRedis runs each failure policy in front of a real
-// redis-server that first answers, then hangs (CLIENT PAUSE), then is
-// stopped mid-test. No request may take longer than the timeout plus a
-// margin, and each policy answers as documented, with every degraded
-// decision visible to the hook.
+// TestFailurePolicyRedis runs each failure mode (package failure) in front
+// of a real redis-server that first answers, then hangs (CLIENT PAUSE),
+// then is stopped mid-test. Each mode answers as documented, with every
+// degraded decision visible to the hook, and no request hangs.
 func TestFailurePolicyRedis(t *testing.T) {
-	const timeout, margin = 50 * time.Millisecond, 100 * time.Millisecond
+	const timeout = 50 * time.Millisecond
 	srv := redistest.StartServer(t)
-	e := newEnv(t)
-	for i, mode := range []httplimit.FailureMode{httplimit.FailOpen, httplimit.FailClosed, httplimit.FailFallback} {
+	for i, mode := range []failure.Mode{failure.Open, failure.Closed, failure.Fallback} {
 		t.Run(mode.String(), func(t *testing.T) {
 			if i > 0 {
 				srv.Restart(t)
 			}
-			store, err := redisstore.New(redisClient(t, srv.Addr))
+			rs, err := redisstore.New(redisClient(t, srv.Addr))
 			if err != nil {
 				t.Fatal(err)
 			}
-			fallback := e.limiter("local-"+mode.String(), "fixed_window 2/1m")
+			local := newEnv(t)
+			store, err := failure.Wrap(rs, failure.Policy{
+				Mode: mode, Timeout: timeout, Fallback: local.store,
+				Breaker: failure.Breaker{Disabled: true}, // every request tries Redis here; TestBreakerStalledRedis has the breaker
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 			var mu sync.Mutex
-			var degraded []httplimit.Result
+			var degraded []httplimit.RuleDecision
 			h := wrap(t, httplimit.Config{
-				Rules: []httplimit.Rule{{
-					Limiter:  newLimiter(t, store, "shared", "fixed_window 3/1m align first"),
-					Key:      clientKey,
-					Fallback: fallback,
-				}},
-				Failure: httplimit.Failure{Mode: mode, Timeout: timeout},
-				OnDecision: func(r *http.Request, res []httplimit.Result) {
+				Rules: []httplimit.Rule{{Limiter: newLimiter(t, store, "shared", "fixed_window 3/1m align first"), Key: clientKey}},
+				OnDecision: func(r *http.Request, res []httplimit.RuleDecision) {
 					mu.Lock()
 					defer mu.Unlock()
 					if res[0].Decision.Degraded {
@@ -70,8 +71,8 @@ func TestFailurePolicyRedis(t *testing.T) {
 				start := time.Now()
 				rec := do(t, h, get(client))
 				took := time.Since(start)
-				if took > timeout+margin {
-					t.Errorf("a request took %v, more than the %v timeout plus %v", took, timeout, margin)
+				if took > hung {
+					t.Errorf("a request took %v: it hung", took)
 				}
 				return rec.Code, rec.Header(), took
 			}
@@ -98,25 +99,22 @@ func TestFailurePolicyRedis(t *testing.T) {
 				if phase == 1 {
 					srv.Stop(t)
 				}
-				var slowest time.Duration
-				defer func() { t.Logf("Redis %s: slowest request %v", client, slowest) }()
 				for n := range 3 {
 					code, hdr, took := timed(client)
-					slowest = max(slowest, took)
 					if phase == 0 && took < timeout-5*time.Millisecond {
 						t.Errorf("%s request %d took %v: Redis answered while paused?", client, n+1, took)
 					}
 					switch mode {
-					case httplimit.FailOpen:
+					case failure.Open:
 						if code != 200 || hdr.Get("RateLimit") != "" {
 							t.Errorf("%s request %d: %d, RateLimit %q; want 200 without RateLimit", client, n+1, code, hdr.Get("RateLimit"))
 						}
-					case httplimit.FailClosed:
-						if code != 503 || hdr.Get("Retry-After") != "1" {
-							t.Errorf("%s request %d: %d, Retry-After %q; want 503 with Retry-After 1", client, n+1, code, hdr.Get("Retry-After"))
+					case failure.Closed:
+						if code != 503 || hdr.Get("Retry-After") != "1" || hdr.Get("RateLimit") != "" {
+							t.Errorf("%s request %d: %d, Retry-After %q, RateLimit %q; want 503 with Retry-After 1 and no RateLimit", client, n+1, code, hdr.Get("Retry-After"), hdr.Get("RateLimit"))
 						}
-					case httplimit.FailFallback:
-						want := map[bool]int{true: 200, false: 429}[n < 2] // the fallback's quota is 2
+					case failure.Fallback:
+						want := map[bool]int{true: 200, false: 429}[n < 3] // the fallback's own quota of 3 for this client
 						if code != want || hdr.Get("RateLimit-Policy") != `"shared";q=3;w=60` {
 							t.Errorf("%s request %d: %d, RateLimit-Policy %q; want %d from the fallback", client, n+1, code, hdr.Get("RateLimit-Policy"), want)
 						}
@@ -126,11 +124,124 @@ func TestFailurePolicyRedis(t *testing.T) {
 			if len(degraded) != 6 {
 				t.Fatalf("%d degraded decisions reached the hook, want 6", len(degraded))
 			}
-			for n, r := range degraded {
-				if !errors.Is(r.Err, floodgate.ErrUnavailable) || r.Fallback != (mode == httplimit.FailFallback) {
-					t.Errorf("degraded decision %d: %+v (%v)", n, r, r.Err)
-				}
-			}
 		})
+	}
+}
+
+// hung is how long a request may take before a test calls it hung: far
+// above any timeout of the tests and any scheduling delay of a loaded
+// machine, far below the go-redis client's own timeouts.
+const hung = 5 * time.Second
+
+// breakerLog counts the failure policy's store calls by outcome.
+type breakerLog struct {
+	mu     sync.Mutex
+	called int // calls that reached Redis (answered or not)
+	kept   int // calls the open breaker kept from Redis
+	opened int
+	closed int
+}
+
+func (b *breakerLog) StoreCall(op, node string, took time.Duration, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if errors.Is(err, failure.ErrBreakerOpen) {
+		b.kept++
+	} else {
+		b.called++
+	}
+}
+
+func (b *breakerLog) BreakerChanged(node string, open bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if open {
+		b.opened++
+	} else {
+		b.closed++
+	}
+}
+
+func (b *breakerLog) counts() (called, kept, opened, closed int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.called, b.kept, b.opened, b.closed
+}
+
+// TestBreakerStalledRedis: behind the middleware, a Redis that stalls
+// (CLIENT PAUSE) makes the failure policy's breaker open once enough calls
+// have timed out; from then on requests are answered by the failure mode
+// without calling Redis (so without waiting for the timeout), until a
+// probe after OpenFor finds Redis answering again and closes it.
+func TestBreakerStalledRedis(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	srv := redistest.StartServer(t)
+	rs, err := redisstore.New(redisClient(t, srv.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log breakerLog
+	// The breaker's time is a manual clock, so that it stays open for
+	// however long the requests below take on a loaded machine.
+	clock := floodgatetest.NewManualClock(base)
+	store, err := failure.Wrap(rs, failure.Policy{
+		Mode: failure.Closed, Timeout: timeout,
+		Breaker: failure.Breaker{Window: 10 * time.Second, MinCalls: 4, FailureRatio: 0.5, OpenFor: 300 * time.Millisecond},
+	}, failure.WithObserver(&log), failure.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: newLimiter(t, store, "shared", "fixed_window 100/1m"), Key: clientKey}}})
+	if rec := do(t, h, get("a")); rec.Code != 200 {
+		t.Fatalf("healthy: %d", rec.Code)
+	}
+
+	// Stalled: the next three calls wait for the timeout; the third opens
+	// the breaker (4 calls, MinCalls, of which 3 failed, at least half).
+	if _, err := srv.Do(t, "CLIENT", "PAUSE", "2000", "ALL"); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 3 {
+		start := time.Now()
+		rec := do(t, h, get("a"))
+		if took := time.Since(start); rec.Code != 503 || took < timeout-5*time.Millisecond || took > hung {
+			t.Fatalf("stalled request %d: %d after %v; want 503 after the %v timeout", n+1, rec.Code, took, timeout)
+		}
+	}
+	called, kept, opened, _ := log.counts()
+	if called != 4 || kept != 0 || opened != 1 {
+		t.Fatalf("after 3 stalled calls: %d called, %d kept, %d opened; want 4, 0, 1", called, kept, opened)
+	}
+	// Open: answered at once, Redis not called.
+	for n := range 20 {
+		if rec := do(t, h, get("a")); rec.Code != 503 || rec.Header().Get("Retry-After") != "1" {
+			t.Fatalf("request %d with the breaker open: %d", n+1, rec.Code)
+		}
+	}
+	if called2, kept2, _, _ := log.counts(); called2 != called || kept2 != 20 {
+		t.Fatalf("with the breaker open: %d more calls reached Redis, %d were kept from it; want 0 and 20", called2-called, kept2)
+	}
+
+	// The pause ends and Redis answers again; after OpenFor a probe goes
+	// through and closes the breaker: Redis decides again.
+	deadline := time.Now().Add(hung)
+	for {
+		if _, err := srv.Do(t, "PING"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Redis still paused")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if rec := do(t, h, get("a")); rec.Code != 503 {
+		t.Fatalf("before OpenFor has passed: %d, want 503 (still open)", rec.Code)
+	}
+	clock.Advance(300 * time.Millisecond)
+	if rec := do(t, h, get("a")); rec.Code != 200 {
+		t.Fatalf("the probe after OpenFor: %d, want 200 (Redis decides)", rec.Code)
+	}
+	if _, _, opened, closed := log.counts(); opened != 1 || closed != 1 {
+		t.Errorf("breaker opened %d and closed %d times, want 1 and 1", opened, closed)
 	}
 }

@@ -38,7 +38,7 @@ func TestBoundedMemory(t *testing.T) {
 		runtime.GC()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
-		return m.HeapInuse
+		return m.HeapAlloc
 	}
 	var atSettle uint64
 	buf := make([]byte, 0, 16)
@@ -62,11 +62,14 @@ func TestBoundedMemory(t *testing.T) {
 		t.Errorf("Stats = %+v: want ≤ %d entries and ≥ %d evictions", st, maxKeys, total-maxKeys)
 	}
 	end := heap()
-	t.Logf("heap in use: %d KiB after %d keys, %d KiB after %d; %d entries, %d evicted",
+	t.Logf("live heap: %d KiB after %d keys, %d KiB after %d; %d entries, %d evicted",
 		atSettle>>10, settle, end>>10, total, st.Entries, st.Evictions)
-	// Flat: the last 800,000 keys may not add more than a quarter (and a
-	// MiB of slack for the runtime's own bookkeeping).
-	if end > atSettle+atSettle/4+1<<20 {
+	// Flat: the last 800,000 keys may not add more than a tenth (and
+	// 256 KiB of slack for the runtime's own bookkeeping). The live heap
+	// after a GC (HeapAlloc) varies by about 1% between runs; the heap in
+	// use (HeapInuse, spans) varied by a third and could not be held to
+	// this.
+	if end > atSettle+atSettle/10+256<<10 {
 		t.Errorf("heap grew from %d KiB to %d KiB over the last %d keys", atSettle>>10, end>>10, total-settle)
 	}
 }

@@ -26,6 +26,8 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/internal/algo"
+	"github.com/floodgatehq/floodgate/storekit"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
 // Defaults of the options.
@@ -40,9 +42,9 @@ const evictSample = 8
 
 // Store is an in-memory floodgate.Store. Create it with New.
 type Store struct {
-	clock     floodgate.Clock // nil: the monotonic clock below
-	mono      time.Time       // the anchor of the default clock, with its monotonic reading
-	monoWall  atomic.Int64    // µs since the epoch at mono, moved forward by resync
+	clock     storekit.Clock // nil: the monotonic clock below
+	mono      time.Time      // the anchor of the default clock, with its monotonic reading
+	monoWall  atomic.Int64   // µs since the epoch at mono, moved forward by resync
 	seed      maphash.Seed
 	shards    []shard
 	mask      uint64
@@ -52,6 +54,8 @@ type Store struct {
 	closeOnce sync.Once
 	stop      chan struct{}
 	done      chan struct{}
+
+	policies *storekit.Cache[struct{}] // what Take validated
 
 	evictions atomic.Uint64
 	swept     atomic.Uint64
@@ -67,18 +71,19 @@ type shard struct {
 
 // entry is the state of one (policy, key). Entries whose keys have the
 // same hash (the same key under several policies, or, rarely, two keys)
-// are chained through next; an entry's policy name is its policy's
-// (policies do not change).
+// are chained through next. An entry belongs to its policy's name: a policy
+// changed under the same name finds it, and keeps its state when the two
+// read it alike (algo.SameShape).
 type entry struct {
 	key    string
-	policy *floodgate.Policy // the validated policy last applied
+	policy *prepared // the policy last applied
 	st     algo.State
 	next   *entry
-	use    *usage // nil until the policy tracks usage
+	use    *keyUsage // nil until the policy tracks usage
 }
 
-// usage is the tracked usage of an entry (SPEC.md, per-key usage metadata).
-type usage struct {
+// keyUsage is the tracked usage of an entry (SPEC.md, per-key usage metadata).
+type keyUsage struct {
 	first, last                 int64 // µs
 	requests, denied, retention int64
 }
@@ -93,7 +98,7 @@ func (e *entry) keep(now int64) bool {
 type Option func(*config) error
 
 type config struct {
-	clock         floodgate.Clock
+	clock         storekit.Clock
 	shards        int
 	maxKeys       int
 	maxKeyLen     int
@@ -108,7 +113,7 @@ type config struct {
 // clock is set back (NTP, a VM restored), and it costs one clock read per
 // decision instead of time.Now's two. The sweeper moves it forward when
 // the wall clock has run ahead (a machine that slept), never back.
-func WithClock(c floodgate.Clock) Option {
+func WithClock(c storekit.Clock) Option {
 	return func(cfg *config) error {
 		if c == nil {
 			return errors.New("memstore: WithClock: nil clock")
@@ -133,7 +138,7 @@ func WithMaxKeys(n int) Option {
 }
 
 // WithMaxKeyLen sets the longest key accepted, in bytes (n ≥ 1); the
-// default is floodgate.DefaultMaxKeyLen.
+// default is storekit.DefaultMaxKeyLen.
 func WithMaxKeyLen(n int) Option {
 	return func(cfg *config) error {
 		if n < 1 {
@@ -174,7 +179,7 @@ func WithSweepInterval(d time.Duration) Option {
 func New(opts ...Option) (*Store, error) {
 	cfg := config{
 		shards:        DefaultShards,
-		maxKeyLen:     floodgate.DefaultMaxKeyLen,
+		maxKeyLen:     storekit.DefaultMaxKeyLen,
 		sweepInterval: DefaultSweepInterval,
 	}
 	for _, o := range opts {
@@ -195,6 +200,7 @@ func New(opts ...Option) (*Store, error) {
 		shards:    make([]shard, n),
 		mask:      uint64(n - 1),
 		maxKeyLen: cfg.maxKeyLen,
+		policies:  storekit.NewCache(0, func(*floodgate.Policy) (struct{}, error) { return struct{}{}, nil }),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -240,11 +246,15 @@ func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 func (s *Store) shardOf(h uint64) *shard { return &s.shards[h&s.mask] }
 
+// prepared is a policy as the store validated it (storekit.Cache), the
+// policy every decision of its entries applies.
+type prepared = storekit.Prepared[struct{}]
+
 // find returns the entry of key (whose hash is h) under the policy named
-// like p, or nil. The shard must be locked.
-func (sh *shard) find(h uint64, p *floodgate.Policy, key string) *entry {
+// name, or nil. The shard must be locked.
+func (sh *shard) find(h uint64, name, key string) *entry {
 	for e := sh.m[h]; e != nil; e = e.next {
-		if e.key == key && (e.policy == p || e.policy.Name == p.Name) {
+		if e.key == key && e.policy.Policy.Name == name {
 			return e
 		}
 	}
@@ -254,8 +264,7 @@ func (sh *shard) find(h uint64, p *floodgate.Policy, key string) *entry {
 // Take decides req (see floodgate.Store). The context is not consulted: a
 // decision never waits for anything but a shard's mutex.
 func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
-	p := req.Policy
-	if p == nil || req.Key == "" || len(req.Key) > s.maxKeyLen || req.N < 1 || req.N > floodgate.MaxCost || s.closed.Load() {
+	if req.Policy == nil || req.Key == "" || len(req.Key) > s.maxKeyLen || req.N < 1 || req.N > floodgate.MaxCost || s.closed.Load() {
 		return floodgate.Decision{}, s.badRequest(&req)
 	}
 	now := s.now()
@@ -265,17 +274,12 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	h := s.hash(req.Key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
-	e := sh.find(h, p, req.Key)
-	if e == nil {
+	e := sh.find(h, req.Policy.Name, req.Key)
+	if e == nil || e.policy.Source != req.Policy {
 		sh.mu.Unlock()
-		return s.takeNew(sh, h, req, now)
+		return s.takeSlow(sh, h, &req, now)
 	}
-	if e.policy != p {
-		if err := s.adopt(e, p); err != nil {
-			sh.mu.Unlock()
-			return floodgate.Decision{}, err
-		}
-	}
+	p := &e.policy.Policy
 	var d floodgate.Decision
 	tracked := p.Track && !req.Peek
 	live := tracked && e.keep(now) // before the step: usage expires with the state it had
@@ -292,7 +296,7 @@ func (s *Store) badRequest(req *floodgate.Request) error {
 	if s.closed.Load() {
 		return floodgate.ErrClosed
 	}
-	return floodgate.CheckRequest(req, s.maxKeyLen)
+	return storekit.CheckRequest(req, s.maxKeyLen)
 }
 
 // errClock is the error of a decision whose clock reads a time at which
@@ -302,35 +306,36 @@ func errClock(now int64) error {
 		time.UnixMicro(now).UTC().Format(time.RFC3339))
 }
 
-// adopt validates a policy that differs from the one e was last decided
-// under, and resets e's state if the two disagree on its shape. The shard
-// must be locked.
-func (s *Store) adopt(e *entry, p *floodgate.Policy) error {
-	if err := p.Validate(); err != nil {
-		return err
+// adopt makes pr the policy of e: when it is another policy than the one
+// e was last decided under (another ID) and the two disagree on the
+// state's shape, e's state is reset. The shard must be locked.
+func (e *entry) adopt(pr *prepared) {
+	if e.policy == pr {
+		return
 	}
-	if !algo.SameShape(e.policy, p) {
+	if e.policy.ID != pr.ID && !algo.SameShape(&e.policy.Policy, &pr.Policy) {
 		e.st.Reset()
 	}
-	e.policy = p
-	return nil
+	e.policy = pr
 }
 
-// takeNew decides for a (policy, key) the store does not hold. The policy
-// is validated first (outside the lock); a peek, or an add that records
-// nothing and tracks nothing, creates no entry.
-func (s *Store) takeNew(sh *shard, h uint64, req floodgate.Request, now int64) (floodgate.Decision, error) {
-	p := req.Policy
-	if err := p.Validate(); err != nil {
+// takeSlow decides for a (policy, key) the store does not hold, or holds
+// under another policy value than req's: it prepares the policy (the
+// first time, validating it) outside the lock. A peek, or an add that
+// records nothing and tracks nothing, creates no entry.
+func (s *Store) takeSlow(sh *shard, h uint64, req *floodgate.Request, now int64) (floodgate.Decision, error) {
+	pr, err := s.policies.Get(req.Policy)
+	if err != nil {
 		return floodgate.Decision{}, err
 	}
+	p := &pr.Policy
 	var fresh *entry
 	if !req.Peek {
-		fresh = &entry{key: req.Key, policy: p}
+		fresh = &entry{key: req.Key, policy: pr}
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.find(h, p, req.Key)
+	e := sh.find(h, p.Name, req.Key)
 	if e == nil && req.Peek {
 		var none algo.State
 		var d floodgate.Decision
@@ -338,11 +343,7 @@ func (s *Store) takeNew(sh *shard, h uint64, req floodgate.Request, now int64) (
 		return d, nil
 	}
 	if e != nil {
-		// Created meanwhile by another goroutine.
-		if e.policy != p && !algo.SameShape(e.policy, p) {
-			e.st.Reset()
-		}
-		e.policy = p
+		e.adopt(pr)
 	} else {
 		e = fresh
 	}
@@ -366,25 +367,17 @@ func (s *Store) takeNew(sh *shard, h uint64, req floodgate.Request, now int64) (
 func (e *entry) track(p *floodgate.Policy, now, n int64, allowed, live bool) {
 	u := e.use
 	if u == nil {
-		u = &usage{first: now}
+		u = &keyUsage{first: now}
 		e.use = u
 	} else if !live {
-		*u = usage{first: now}
+		*u = keyUsage{first: now}
 	}
 	u.last = max(u.last, now)
 	u.retention = int64(p.Retention / time.Microsecond)
-	u.requests = satAdd(u.requests, n)
+	u.requests = algo.SatAdd(u.requests, n)
 	if !allowed {
-		u.denied = satAdd(u.denied, n)
+		u.denied = algo.SatAdd(u.denied, n)
 	}
-}
-
-func satAdd(a, b int64) int64 {
-	const max = 1<<53 - 1
-	if a > max-b {
-		return max
-	}
-	return a + b
 }
 
 // insert adds e under hash h, evicting an entry first when the shard is
@@ -455,13 +448,13 @@ func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) erro
 	if p == nil {
 		return fmt.Errorf("%w: nil policy", floodgate.ErrInvalidPolicy)
 	}
-	if err := floodgate.CheckKey(key, s.maxKeyLen); err != nil {
+	if err := storekit.CheckKey(key, s.maxKeyLen); err != nil {
 		return err
 	}
 	h := s.hash(key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
-	if e := sh.find(h, p, key); e != nil {
+	if e := sh.find(h, p.Name, key); e != nil {
 		sh.remove(h, e)
 	}
 	sh.mu.Unlock()
@@ -541,6 +534,6 @@ func (s *Store) Stats() Stats {
 
 // Interface guards.
 var (
-	_ floodgate.Store       = (*Store)(nil)
-	_ floodgate.UsageLister = (*Store)(nil)
+	_ floodgate.Store = (*Store)(nil)
+	_ usage.Lister    = (*Store)(nil)
 )

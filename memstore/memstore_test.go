@@ -12,6 +12,7 @@ import (
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
@@ -26,7 +27,7 @@ func newStore(t testing.TB, opts ...memstore.Option) *memstore.Store {
 
 func TestConformance(t *testing.T) {
 	floodgatetest.Run(t, floodgatetest.Harness{
-		NewStore: func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+		NewStore: func(t *testing.T, clock storekit.Clock) floodgate.Store {
 			s, err := memstore.New(memstore.WithClock(clock), memstore.WithSweepInterval(time.Hour))
 			if err != nil {
 				t.Fatal(err)
@@ -118,7 +119,7 @@ func TestMaxKeysEvicts(t *testing.T) {
 func TestEvictionPrefersEmpty(t *testing.T) {
 	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
 	s := newStore(t, memstore.WithClock(clock), memstore.WithMaxKeys(4), memstore.WithShards(1))
-	short := floodgate.Policy{Name: "short", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1), Burst: 1}
+	short := floodgate.Policy{Name: "short", Algorithm: floodgate.GCRA, Max: 1, Window: time.Second, Burst: 1}
 	long := floodgate.Policy{Name: "long", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour}
 	ctx := context.Background()
 	ls, _ := floodgate.NewLimiter(s, short)
@@ -145,7 +146,7 @@ func TestEvictionPrefersEmpty(t *testing.T) {
 func TestSweep(t *testing.T) {
 	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
 	s := newStore(t, memstore.WithClock(clock), memstore.WithSweepInterval(time.Millisecond))
-	p := floodgate.Policy{Name: "sweep", Algorithm: floodgate.SlidingLog, Max: 2, Interval: time.Second}
+	p := floodgate.Policy{Name: "sweep", Algorithm: floodgate.SlidingLog, Max: 2, Window: time.Second}
 	lim, _ := floodgate.NewLimiter(s, p)
 	ctx := context.Background()
 	for i := 0; i < 50; i++ {
@@ -234,7 +235,7 @@ func TestPolicyChange(t *testing.T) {
 func TestClockOutOfRange(t *testing.T) {
 	clock := floodgatetest.NewManualClock(time.Date(2160, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := newStore(t, memstore.WithClock(clock))
-	lim, _ := floodgate.NewLimiter(s, floodgate.Policy{Name: "c", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1), Burst: 1})
+	lim, _ := floodgate.NewLimiter(s, floodgate.Policy{Name: "c", Algorithm: floodgate.GCRA, Max: 1, Window: time.Second, Burst: 1})
 	_, err := lim.Allow(context.Background(), "k")
 	if !errors.Is(err, floodgate.ErrUnavailable) || !strings.Contains(err.Error(), "2160-01-01T00:00:00Z, outside 1970 to 2155") {
 		t.Errorf("Allow in 2160: %v", err)

@@ -4,23 +4,24 @@ import (
 	"context"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // TakeBatch decides many requests in one pipelined round trip per node
-// (see floodgate.BatchStore). Requests whose function or script the node
+// (see storekit.BatchStore). Requests whose function or script the node
 // did not have ("Function not found", NOSCRIPT: not run) are sent again,
 // those alone, as EVAL of the script's source, so that a FUNCTION FLUSH or
 // SCRIPT FLUSH between the two round trips cannot fail them, and the
 // library is loaded again for the next calls; a request whose outcome is
 // unknown (a connection error mid-pipeline) gets an error and is never
 // sent twice.
-func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []floodgate.BatchResult) {
+func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
 	if len(out) < len(reqs) {
 		panic("redisstore: TakeBatch: out is shorter than reqs")
 	}
 	if s.closed.Load() {
 		for i := range reqs {
-			out[i] = floodgate.BatchResult{Err: floodgate.ErrClosed}
+			out[i] = storekit.Outcome{Err: floodgate.ErrClosed}
 		}
 		return
 	}
@@ -29,13 +30,13 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []f
 	index := make([]int, 0, len(reqs))
 	for i := range reqs {
 		req := &reqs[i]
-		if err := floodgate.CheckRequest(req, s.maxKeyLen); err != nil {
-			out[i] = floodgate.BatchResult{Err: err}
+		if err := storekit.CheckRequest(req, s.maxKeyLen); err != nil {
+			out[i] = storekit.Outcome{Err: err}
 			continue
 		}
 		pr, err := s.prepare(req.Policy)
 		if err != nil {
-			out[i] = floodgate.BatchResult{Err: err}
+			out[i] = storekit.Outcome{Err: err}
 			continue
 		}
 		calls = append(calls, s.newCall(pr, req))
@@ -60,10 +61,10 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []f
 	for j, c := range calls {
 		i := index[j]
 		if c.err != nil {
-			out[i] = floodgate.BatchResult{Err: classify(ctx, c.err)}
+			out[i] = storekit.Outcome{Err: classify(ctx, c.err)}
 			continue
 		}
 		d, err := decode(c.reply, preps[j])
-		out[i] = floodgate.BatchResult{Decision: d, Err: err}
+		out[i] = storekit.Outcome{Decision: d, Err: err}
 	}
 }

@@ -1,6 +1,6 @@
 package redisstore
 
-import "github.com/floodgatehq/floodgate"
+import "github.com/floodgatehq/floodgate/storekit"
 
 // WithScripts makes the store call scripts (EVALSHA) as on a server
 // without Redis Functions, so that tests on Redis 7 cover that path too.
@@ -18,7 +18,7 @@ func LibraryName() string { return library.name }
 // ScriptSHAs returns the SHA-1 of every script of the EVALSHA path.
 func ScriptSHAs() []string {
 	var out []string
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range storekit.Algorithms() {
 		for _, sc := range scripts[a] {
 			out = append(out, sc.sha)
 		}

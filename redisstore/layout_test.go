@@ -12,6 +12,7 @@ import (
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // layoutPolicies: one tracked policy per algorithm, so that every kind of
@@ -56,7 +57,7 @@ func parsePolicies(t *testing.T, texts []string) []floodgate.Policy {
 // keys, binary bytes, the longest key allowed.
 func nastyKeys(rng *rand.Rand) []string {
 	keys := []string{"{", "}", "{}", "}{", "{{}}", "a{b}c", "{a}", "a}", "{a", "x}:u", ":", "::{}::",
-		"\x00", "\xff\xfe\x00{", "ü}", strings.Repeat("{", 50), strings.Repeat("k", floodgate.DefaultMaxKeyLen)}
+		"\x00", "\xff\xfe\x00{", "ü}", strings.Repeat("{", 50), strings.Repeat("k", storekit.DefaultMaxKeyLen)}
 	for i := 0; i < 40; i++ {
 		b := make([]byte, 1+rng.IntN(40))
 		for j := range b {
@@ -144,7 +145,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !req.Peek && (d.Allowed || p.CountsDenied()) {
+		if !req.Peek && (d.Allowed || storekit.CountsDenied(p)) {
 			horizon[p.Name+":"+key] = last{time.Now(), d.ResetAfter}
 		}
 		if rng.IntN(200) == 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // hammer runs goroutines on stores (round robin) deciding cost 1 for one
@@ -128,7 +129,7 @@ func TestConcurrentClients(t *testing.T) {
 		ds := hammer(t, stores, &p, "one", 256, 8, 0)
 		last := serverMicros(t, srv)
 		admitted, byRemaining := admissions(ds)
-		bound := floodgatetest.MaxAdmitted(&p, first, last)
+		bound := floodgatetest.MaxAdmitted(&p, 1, first, last)
 		t.Logf("one window: %-40s %5d decisions, %4d admitted, SPEC bound %d", p.String(), len(ds), admitted, bound)
 		if len(ds) != 2048 {
 			t.Fatalf("%s: %d decisions, want 2048", p.String(), len(ds))
@@ -175,7 +176,7 @@ func TestConcurrentClients(t *testing.T) {
 		ds := hammer(t, stores, &p, "hot", 256, 0, run)
 		last := serverMicros(t, srv)
 		admitted, byRemaining := admissions(ds)
-		bound := floodgatetest.MaxAdmitted(&p, first, last)
+		bound := floodgatetest.MaxAdmitted(&p, 1, first, last)
 		t.Logf("windows:    %-40s %5d decisions, %4d admitted, SPEC bound %d", p.String(), len(ds), admitted, bound)
 		if admitted > bound {
 			t.Errorf("%s: admitted %d over %v; SPEC.md allows at most %d", p.String(), admitted, time.Duration(last-first)*time.Microsecond, bound)
@@ -223,7 +224,7 @@ func TestFlushUnderLoad(t *testing.T) {
 				go func(g int) {
 					defer wg.Done()
 					reqs := make([]floodgate.Request, 8)
-					out := make([]floodgate.BatchResult, 8)
+					out := make([]storekit.Outcome, 8)
 					for i := range reqs {
 						reqs[i] = floodgate.Request{Policy: &p, Key: "k", N: 1}
 					}
@@ -308,7 +309,7 @@ func TestServerDownUnderLoad(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, PoolSize: 32, DialTimeout: 100 * time.Millisecond})
 	s := newStore(t, c)
-	p := floodgate.Policy{Name: "down", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1_000_000), Burst: 1000}
+	p := floodgate.Policy{Name: "down", Algorithm: floodgate.GCRA, Max: 1_000_000, Window: time.Second, Burst: 1000}
 	before := runtime.NumGoroutine()
 	const deadline = 100 * time.Millisecond
 	var slowest atomic.Int64

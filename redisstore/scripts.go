@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // The Lua twins of internal/algo: common.lua (what every algorithm
@@ -48,16 +49,16 @@ var library = func() (lib struct {
 	var body strings.Builder
 	body.WriteString(luaFile("common"))
 	body.WriteString("\n" + luaFile("lists"))
-	for _, a := range floodgate.Algorithms() {
-		body.WriteString("\n" + luaFile(a.String()))
+	for _, a := range storekit.Algorithms() {
+		body.WriteString("\n" + luaFile(string(a)))
 	}
 	sum := sha256.Sum256([]byte(body.String()))
 	digest := hex.EncodeToString(sum[:6])
 	lib.name = "floodgate_" + digest
 	lib.fns = make(map[floodgate.Algorithm][2]string)
 	var reg strings.Builder
-	for _, a := range floodgate.Algorithms() {
-		decide, peek := "fg_"+digest+"_"+a.String(), "fg_"+digest+"_"+a.String()+"_ro"
+	for _, a := range storekit.Algorithms() {
+		decide, peek := "fg_"+digest+"_"+string(a), "fg_"+digest+"_"+string(a)+"_ro"
 		lib.fns[a] = [2]string{decide, peek}
 		fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=entry(%s_parse, %[2]s_decide, false)}\n", decide, a)
 		fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=entry(%s_parse, %[2]s_decide, true), flags={'no-writes'}}\n", peek, a)
@@ -79,7 +80,7 @@ func newScript(a floodgate.Algorithm, peek bool) *script {
 	for _, p := range preludes[a] {
 		parts = append(parts, luaFile(p))
 	}
-	parts = append(parts, luaFile(a.String()), fmt.Sprintf("return entry(%s_parse, %[1]s_decide, %v)(KEYS, ARGV)\n", a, peek))
+	parts = append(parts, luaFile(string(a)), fmt.Sprintf("return entry(%s_parse, %[1]s_decide, %v)(KEYS, ARGV)\n", a, peek))
 	src := strings.Join(parts, "\n")
 	sum := sha1.Sum([]byte(src))
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
@@ -89,7 +90,7 @@ func newScript(a floodgate.Algorithm, peek bool) *script {
 // [1].
 var scripts = func() map[floodgate.Algorithm][2]*script {
 	m := make(map[floodgate.Algorithm][2]*script)
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range storekit.Algorithms() {
 		m[a] = [2]*script{newScript(a, false), newScript(a, true)}
 	}
 	return m

@@ -70,6 +70,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
 // DefaultPrefix starts every key the store writes, unless WithPrefix says
@@ -80,14 +82,14 @@ const DefaultPrefix = "fg"
 type Store struct {
 	b         backend
 	prefix    string
-	clock     floodgate.Clock // nil: the server's TIME
+	clock     storekit.Clock // nil: the server's TIME
 	maxKeyLen int
 	hashKey   []byte // nil: keys as given
 	minTTL    int64  // µs
 
-	prepared    sync.Map    // *floodgate.Policy -> *prepared
-	scriptsOnly atomic.Bool // no functions (Redis < 7.0): EVALSHA
-	reloading   sync.Mutex  // held by the goroutine reloading the library
+	prepared    *storekit.Cache[*prepared] // by policy, bounded
+	scriptsOnly atomic.Bool                // no functions (Redis < 7.0): EVALSHA
+	reloading   sync.Mutex                 // held by the goroutine reloading the library
 	closed      atomic.Bool
 }
 
@@ -125,7 +127,7 @@ func validPrefix(p string) bool {
 // TIME: for conformance replays and tests. Keys still expire on the
 // server's clock, so a clock that runs behind real time sees state expire
 // early; pair it with WithMinTTL.
-func WithClock(c floodgate.Clock) Option {
+func WithClock(c storekit.Clock) Option {
 	return func(s *Store) error {
 		if c == nil {
 			return errors.New("redisstore: WithClock: nil clock")
@@ -149,7 +151,7 @@ func WithMinTTL(d time.Duration) Option {
 }
 
 // WithMaxKeyLen sets the longest key accepted, in bytes (n ≥ 1); the
-// default is floodgate.DefaultMaxKeyLen. Longer keys get an error wrapping
+// default is storekit.DefaultMaxKeyLen. Longer keys get an error wrapping
 // floodgate.ErrInvalidKey.
 func WithMaxKeyLen(n int) Option {
 	return func(s *Store) error {
@@ -186,7 +188,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: nil client")
 	}
-	s := &Store{b: goRedis{c: client}, prefix: DefaultPrefix, maxKeyLen: floodgate.DefaultMaxKeyLen}
+	s := &Store{b: goRedis{c: client}, prefix: DefaultPrefix, maxKeyLen: storekit.DefaultMaxKeyLen}
+	s.prepared = storekit.NewCache(0, s.derive)
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -212,7 +215,7 @@ func (s *Store) Preload(ctx context.Context) error {
 		}
 		s.scriptsOnly.Store(true) // a server before Redis 7.0
 	}
-	for _, a := range floodgate.Algorithms() {
+	for _, a := range storekit.Algorithms() {
 		for _, sc := range scripts[a] {
 			if err := s.b.loadScript(ctx, sc.src); err != nil {
 				return unavailable("loading scripts", err)
@@ -250,15 +253,19 @@ type prepared struct {
 }
 
 // prepare returns what p needs for every call, validating p the first
-// time. It is the one place where a policy's script, function names and
-// parameters are derived.
+// time (through the prepared cache, keyed by the policy's identity).
 func (s *Store) prepare(p *floodgate.Policy) (*prepared, error) {
-	if v, ok := s.prepared.Load(p); ok {
-		return v.(*prepared), nil
-	}
-	if err := p.Validate(); err != nil {
+	e, err := s.prepared.Get(p)
+	if err != nil {
 		return nil, err
 	}
+	return e.Value, nil
+}
+
+// derive builds what a valid policy needs for every call: the one place
+// where a policy's function names, scripts, key parts and parameters are
+// derived (the prepared cache calls it once per policy).
+func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 	fns, ok := library.fns[p.Algorithm]
 	if !ok {
 		return nil, fmt.Errorf("%w: no script for algorithm %s", floodgate.ErrInvalidPolicy, p.Algorithm)
@@ -279,12 +286,16 @@ func (s *Store) prepare(p *floodgate.Policy) (*prepared, error) {
 	switch p.Algorithm {
 	case floodgate.FixedWindow:
 		tag, pr.parts = "fw", []string{"fw"}
-		params = []string{num(p.Max), us(p.Window), p.Align.String()}
+		align := string(floodgate.AlignEpoch)
+		if p.Align == floodgate.AlignFirst {
+			align = string(floodgate.AlignFirst)
+		}
+		params = []string{num(p.Max), us(p.Window), align}
 		pr.limits = []int64{p.Max}
 	case floodgate.GCRA:
 		tag, pr.parts = "gc", []string{"gc"}
-		params = []string{num(p.Rate.Count), us(p.Rate.Period), num(p.Burst)}
-		pr.limits = []int64{p.Rate.Count}
+		params = []string{num(p.Max), us(p.Window), num(p.Burst)}
+		pr.limits = []int64{p.Max}
 	case floodgate.TokenBucket:
 		tag, pr.parts = "tb", []string{"tb"}
 		params = []string{num(p.Max), us(p.Window), num(p.Burst)}
@@ -304,12 +315,11 @@ func (s *Store) prepare(p *floodgate.Policy) (*prepared, error) {
 		}
 	case floodgate.SlidingLog:
 		tag, pr.parts = "sl", []string{"sl", "sl1"}
-		params = []string{num(p.Max), us(p.Interval), us(p.MinInterval)}
+		params = []string{num(p.Max), us(p.Window), us(p.MinInterval)}
 		pr.limits = []int64{p.Max}
 	}
-	pr.params = strings.Join(append([]string{tag, flag(p.CountsDenied()), flag(p.Track), us(p.Retention), num(s.minTTL)}, params...), " ")
-	v, _ := s.prepared.LoadOrStore(p, pr)
-	return v.(*prepared), nil
+	pr.params = strings.Join(append([]string{tag, flag(storekit.CountsDenied(p)), flag(p.Track), us(p.Retention), num(s.minTTL)}, params...), " ")
+	return pr, nil
 }
 
 // storedKey returns the key as stored: the key itself, or its HMAC.
@@ -375,7 +385,7 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	if s.closed.Load() {
 		return floodgate.Decision{}, floodgate.ErrClosed
 	}
-	if err := floodgate.CheckRequest(&req, s.maxKeyLen); err != nil {
+	if err := storekit.CheckRequest(&req, s.maxKeyLen); err != nil {
 		return floodgate.Decision{}, err
 	}
 	pr, err := s.prepare(req.Policy)
@@ -438,7 +448,7 @@ func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) erro
 	if p == nil {
 		return fmt.Errorf("%w: nil policy", floodgate.ErrInvalidPolicy)
 	}
-	if err := floodgate.CheckKey(key, s.maxKeyLen); err != nil {
+	if err := storekit.CheckKey(key, s.maxKeyLen); err != nil {
 		return err
 	}
 	pr, err := s.prepare(p)
@@ -524,7 +534,7 @@ func unavailable(doing string, err error) error {
 
 // Interface guards.
 var (
-	_ floodgate.Store       = (*Store)(nil)
-	_ floodgate.BatchStore  = (*Store)(nil)
-	_ floodgate.UsageLister = (*Store)(nil)
+	_ floodgate.Store     = (*Store)(nil)
+	_ storekit.BatchStore = (*Store)(nil)
+	_ usage.Lister        = (*Store)(nil)
 )

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // client returns a go-redis client of srv without retries (a retried
@@ -60,7 +61,7 @@ var paths = []struct {
 // while the server's does not) and the store options opts.
 func replayHarness(c redis.UniversalClient, keys func() int, opts ...redisstore.Option) floodgatetest.Harness {
 	return floodgatetest.Harness{
-		NewStore: func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+		NewStore: func(t *testing.T, clock storekit.Clock) floodgate.Store {
 			prefix := fmt.Sprintf("t%d", rand.Uint32())
 			return newStore(t, c, append([]redisstore.Option{redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(prefix)}, opts...)...)
 		},
@@ -224,7 +225,7 @@ func TestOptions(t *testing.T) {
 func TestHashedKeys(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newStore(t, client(t, srv), redisstore.WithHashedKeys([]byte("0123456789abcdef-secret")))
-	lim, _ := floodgate.NewLimiter(s, floodgate.Policy{Name: "h", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1), Burst: 2, Track: true})
+	lim, _ := floodgate.NewLimiter(s, floodgate.Policy{Name: "h", Algorithm: floodgate.GCRA, Max: 1, Window: time.Second, Burst: 2, Track: true})
 	ctx := context.Background()
 	for _, key := range []string{"alice@example.com", "203.0.113.7", "x"} {
 		if d, err := lim.Allow(ctx, key); err != nil || !d.Allowed || d.Remaining != 1 {
@@ -510,7 +511,7 @@ func TestServerWithoutFunctions(t *testing.T) {
 		var got []bool
 		if batch {
 			reqs := make([]floodgate.Request, 4)
-			out := make([]floodgate.BatchResult, 4)
+			out := make([]storekit.Outcome, 4)
 			for i := range reqs {
 				reqs[i] = floodgate.Request{Policy: &p, Key: "k", N: 1}
 			}

@@ -8,22 +8,23 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
 // TopKeys lists up to limit keys of the named policy with tracked usage,
-// in the order by (see floodgate.UsageLister). It scans every master for
+// in the order by (see usage.Lister). It scans every master for
 // the policy's usage hashes (SCAN, so Redis keeps serving meanwhile), reads
 // them in pipelined batches and keeps the best limit. Its cost grows with
 // the number of keys in Redis; it is meant for an operator's query, not
 // for every request. With WithHashedKeys the keys listed are the hashes.
-func (s *Store) TopKeys(ctx context.Context, policy string, by floodgate.UsageOrder, limit int) ([]floodgate.KeyUsage, error) {
+func (s *Store) TopKeys(ctx context.Context, policy string, by usage.Order, limit int) ([]usage.Record, error) {
 	if s.closed.Load() {
 		return nil, floodgate.ErrClosed
 	}
-	if err := floodgate.CheckUsageQuery(by, limit); err != nil {
+	if err := usage.CheckQuery(by, limit); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	probe := floodgate.Policy{Name: policy, Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(1), Burst: 1}
+	probe := floodgate.Policy{Name: policy, Algorithm: floodgate.GCRA, Max: 1, Window: time.Second, Burst: 1}
 	if err := probe.Validate(); err != nil {
 		return nil, err // the name cannot be one of ours
 	}
@@ -38,7 +39,7 @@ func (s *Store) TopKeys(ctx context.Context, policy string, by floodgate.UsageOr
 		now = t
 	}
 	head := s.prefix + ":{" + policy + ":"
-	top := floodgate.NewUsageTop(by, limit)
+	top := usage.NewTop(by, limit)
 	err := s.b.scan(ctx, head+"*}:u", func(ctx context.Context, keys []string) error {
 		rows, err := s.b.hmget(ctx, keys, "f", "l", "r", "d", "x")
 		if err != nil {
@@ -61,31 +62,31 @@ func (s *Store) TopKeys(ctx context.Context, policy string, by floodgate.UsageOr
 
 // parseUsage reads one usage hash; ok is false for a hash that vanished,
 // has expired by the store's clock, or does not belong to the policy.
-func parseUsage(redisKey, head string, row []any, now int64) (floodgate.KeyUsage, bool) {
+func parseUsage(redisKey, head string, row []any, now int64) (usage.Record, bool) {
 	key, ok := strings.CutPrefix(redisKey, head)
 	if !ok {
-		return floodgate.KeyUsage{}, false
+		return usage.Record{}, false
 	}
 	key, ok = strings.CutSuffix(key, "}:u")
 	if !ok || key == "" || len(row) != 5 {
-		return floodgate.KeyUsage{}, false
+		return usage.Record{}, false
 	}
 	var v [5]int64
 	for i, f := range row {
 		s, ok := f.(string)
 		if !ok {
-			return floodgate.KeyUsage{}, false
+			return usage.Record{}, false
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return floodgate.KeyUsage{}, false
+			return usage.Record{}, false
 		}
 		v[i] = n
 	}
 	if v[4] <= now {
-		return floodgate.KeyUsage{}, false
+		return usage.Record{}, false
 	}
-	return floodgate.KeyUsage{
+	return usage.Record{
 		Key:       key,
 		FirstSeen: time.UnixMicro(v[0]),
 		LastSeen:  time.UnixMicro(v[1]),

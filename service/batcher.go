@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // batcher turns concurrent Take calls into pipelined TakeBatch calls on a
@@ -16,7 +17,7 @@ import (
 // load, round trips carry many decisions. Decisions are unchanged: each
 // request is still one atomic script, in arrival order within a batch.
 type batcher struct {
-	store       floodgate.BatchStore
+	store       storekit.BatchStore
 	maxBatch    int
 	maxInflight int
 	timeout     time.Duration // of one TakeBatch
@@ -28,10 +29,10 @@ type batcher struct {
 
 type pending struct {
 	req  floodgate.Request
-	done chan floodgate.BatchResult // buffered: the batch never blocks on a caller gone
+	done chan storekit.Outcome // buffered: the batch never blocks on a caller gone
 }
 
-func newBatcher(store floodgate.BatchStore, maxBatch, maxInflight int, timeout time.Duration) *batcher {
+func newBatcher(store storekit.BatchStore, maxBatch, maxInflight int, timeout time.Duration) *batcher {
 	return &batcher{store: store, maxBatch: maxBatch, maxInflight: maxInflight, timeout: timeout}
 }
 
@@ -39,7 +40,7 @@ func newBatcher(store floodgate.BatchStore, maxBatch, maxInflight int, timeout t
 // known or ctx is done; a request whose caller left may still be decided
 // (its outcome is then unknown to the caller, as with any call cut short).
 func (b *batcher) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
-	p := &pending{req: req, done: make(chan floodgate.BatchResult, 1)}
+	p := &pending{req: req, done: make(chan storekit.Outcome, 1)}
 	b.mu.Lock()
 	b.queue = append(b.queue, p)
 	start := b.inflight < b.maxInflight
@@ -61,7 +62,7 @@ func (b *batcher) Take(ctx context.Context, req floodgate.Request) (floodgate.De
 // run sends queued requests in batches until the queue is empty.
 func (b *batcher) run() {
 	var reqs []floodgate.Request
-	var out []floodgate.BatchResult
+	var out []storekit.Outcome
 	for {
 		b.mu.Lock()
 		n := min(len(b.queue), b.maxBatch)
@@ -78,7 +79,7 @@ func (b *batcher) run() {
 		reqs, out = reqs[:0], out[:0]
 		for _, p := range batch {
 			reqs = append(reqs, p.req)
-			out = append(out, floodgate.BatchResult{})
+			out = append(out, storekit.Outcome{})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 		b.store.TakeBatch(ctx, reqs, out)

@@ -1,9 +1,11 @@
 // Package service is floodgate's rate limit service, independent of any
-// transport: it holds the configuration (named policies and Envoy rate
-// limit domains), decides requests through a Store, applies the failure
-// policy when the store fails, and reloads its configuration without
-// dropping a request. The HTTP/JSON API (transport/httpapi) and Envoy's
-// gRPC API (transport/envoyrls) are thin adapters over it.
+// transport: it holds the configuration's named policies, decides requests
+// through a Store under the failure policy (package failure), answers keys
+// already over a fixed window's limit from a local cache, batches
+// concurrent decisions into pipelined round trips, and reloads its
+// configuration without dropping a request. The HTTP/JSON API
+// (transport/httpapi) and Envoy's engine (package rls, served by
+// transport/envoyrls) are built on it.
 //
 // A Service is safe for concurrent use by multiple goroutines.
 package service
@@ -19,19 +21,22 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/storekit"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
 // Observer receives the service's events, for metrics. Its methods are
 // called concurrently, on the request path, and must not block. Policy
 // names come from the configuration (a bounded set); keys are never
-// passed.
+// passed. The store calls and breaker changes come through
+// failure.Observer, which an Observer may implement too (Options.Observer
+// is given to the failure policy when it does).
 type Observer interface {
 	// Decision reports one decided request: allowed or denied, whether the
 	// policy runs in shadow mode (so a denial was not enforced), and
 	// whether the failure policy decided it (degraded).
 	Decision(policy string, allowed, shadow, degraded bool)
-	// StoreCall reports one call to the store and its error, if any.
-	StoreCall(op string, took time.Duration, err error)
 	// OverLimitCacheHit reports a denial answered from the local cache.
 	OverLimitCacheHit(policy string)
 	// Reload reports a configuration reload and whether it was applied.
@@ -40,45 +45,43 @@ type Observer interface {
 
 type nopObserver struct{}
 
-func (nopObserver) Decision(string, bool, bool, bool)      {}
-func (nopObserver) StoreCall(string, time.Duration, error) {}
-func (nopObserver) OverLimitCacheHit(string)               {}
-func (nopObserver) Reload(bool)                            {}
+func (nopObserver) Decision(string, bool, bool, bool) {}
+func (nopObserver) OverLimitCacheHit(string)          {}
+func (nopObserver) Reload(bool)                       {}
 
 // Options configures a Service.
 type Options struct {
 	// Store keeps limiter state. Required. The service does not close it.
 	Store floodgate.Store
 	// Fallback decides when the store fails and the failure mode is
-	// "fallback": a memory store, typically. Required for that mode.
+	// failure.Fallback: a memory store, typically. Required for that mode.
 	Fallback floodgate.Store
-	// Observer receives metrics events; nil means none.
+	// Observer receives metrics events; nil means none. When it also
+	// implements failure.Observer it receives the store calls and breaker
+	// changes.
 	Observer Observer
 	// Logger receives operational logs; nil means slog.Default(). Keys
 	// are never logged.
 	Logger *slog.Logger
-	// Clock times the over-limit cache and the circuit breaker; nil means
+	// Clock times the over-limit cache and the circuit breakers; nil means
 	// the system clock. Give it the store's clock when the store has one
 	// of its own (tests, replays).
-	Clock floodgate.Clock
+	Clock storekit.Clock
 }
 
 // Service decides requests. Create it with New.
 type Service struct {
-	store    floodgate.Store // what decisions go through (maybe batched)
 	raw      floodgate.Store // the store itself
+	guarded  *failure.Store  // raw under the failure policy
 	fallback floodgate.Store
 	obs      Observer
 	log      *slog.Logger
-	clock    floodgate.Clock
+	clock    storekit.Clock
 
-	// failLog and fallbackLog keep a failing store from writing a log
-	// line per request.
-	failLog, fallbackLog logThrottle
+	state atomic.Pointer[state]
+	cache *overLimitCache
 
-	state   atomic.Pointer[state]
-	cache   *overLimitCache
-	breaker breaker
+	interned *storekit.Interner // every policy compiled lately, by identity
 }
 
 // state is one compiled configuration; reloads swap it whole.
@@ -86,7 +89,6 @@ type state struct {
 	cfg      *config.Config
 	policies map[string]*floodgate.Policy // named policies
 	names    []string                     // their names, sorted
-	domains  map[string]*domain           // Envoy domains
 	batch    *batcher                     // nil without batching
 }
 
@@ -95,12 +97,12 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	if o.Store == nil {
 		return nil, errors.New("service: New: no store")
 	}
-	if cfg.Failure.Mode == "fallback" && o.Fallback == nil {
+	if cfg.Failure.Mode == failure.Fallback && o.Fallback == nil {
 		return nil, errors.New("service: New: failure mode fallback needs Options.Fallback")
 	}
-	s := &Service{store: o.Store, raw: o.Store, fallback: o.Fallback, obs: o.Observer, log: o.Logger, clock: o.Clock}
+	s := &Service{raw: o.Store, fallback: o.Fallback, obs: o.Observer, log: o.Logger, clock: o.Clock}
 	if s.clock == nil {
-		s.clock = floodgate.SystemClock{}
+		s.clock = storekit.SystemClock{}
 	}
 	if s.obs == nil {
 		s.obs = nopObserver{}
@@ -108,57 +110,71 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.cache = newOverLimitCache(100_000)
-	st, err := s.compile(cfg)
+	opts := []failure.Option{failure.WithLogger(s.log), failure.WithClock(s.clock)}
+	if fo, ok := o.Observer.(failure.Observer); ok {
+		opts = append(opts, failure.WithObserver(fo))
+	}
+	g, err := failure.Wrap(s.raw, cfg.FailurePolicy(o.Fallback), opts...)
 	if err != nil {
 		return nil, err
 	}
-	s.state.Store(st)
+	s.guarded = g
+	s.cache = newOverLimitCache(100_000)
+	s.interned = storekit.NewInterner(0)
+	s.state.Store(s.compile(cfg))
 	return s, nil
 }
 
-// compile turns a configuration into the state decisions use.
-func (s *Service) compile(cfg *config.Config) (*state, error) {
+// compile turns a configuration into the state decisions use. A policy
+// the service compiled lately (the same identity, storekit.ID: name and
+// parameters) keeps its value, so that the stores' caches keyed by it keep
+// serving across reloads; a changed policy is a new value.
+func (s *Service) compile(cfg *config.Config) *state {
 	st := &state{cfg: cfg, policies: map[string]*floodgate.Policy{}}
 	for i := range cfg.Policies {
-		p := cfg.Policies[i]
-		p.Limits = append([]floodgate.Limit(nil), p.Limits...)
-		st.policies[p.Name] = &p
+		p := s.interned.Intern(&cfg.Policies[i])
+		st.policies[p.Name] = p
 		st.names = append(st.names, p.Name)
 	}
 	sort.Strings(st.names)
-	var err error
-	if st.domains, err = compileDomains(cfg); err != nil {
-		return nil, err
-	}
-	if bs, ok := s.raw.(floodgate.BatchStore); ok && cfg.Store.Batching {
+	if bs, ok := s.raw.(storekit.BatchStore); ok && cfg.Store.Batching {
 		st.batch = newBatcher(bs, 256, 8, cfg.Store.Timeout)
 	}
-	return st, nil
+	return st
 }
 
 // Reload replaces the configuration. Requests in flight finish under the
 // old one; the next ones use the new. Keys keep their state when a policy
-// keeps its name and shape (a new max keeps every count).
+// keeps its name and shape (a new max keeps every count), and a policy
+// that did not change keeps its identity, so that stores reuse what they
+// prepared for it. The failure policy's breakers keep their state.
 func (s *Service) Reload(cfg *config.Config) error {
-	if cfg.Failure.Mode == "fallback" && s.fallback == nil {
+	if cfg.Failure.Mode == failure.Fallback && s.fallback == nil {
 		s.obs.Reload(false)
 		return errors.New("service: Reload: failure mode fallback needs Options.Fallback")
 	}
-	st, err := s.compile(cfg)
-	if err != nil {
+	if err := s.guarded.Guard().SetPolicy(cfg.FailurePolicy(s.fallback)); err != nil {
 		s.obs.Reload(false)
 		return err
 	}
-	old := s.state.Swap(st)
+	old := s.state.Load()
+	st := s.compile(cfg)
+	s.state.Store(st)
 	s.cache.clear()
 	s.obs.Reload(true)
-	s.log.Debug("configuration swapped", "policies", len(st.policies), "domains", len(st.domains), "previous_policies", len(old.policies))
+	s.log.Debug("configuration swapped", "policies", len(st.policies), "domains", len(cfg.Domains), "previous_policies", len(old.policies))
 	return nil
 }
 
 // Config returns the configuration in force.
 func (s *Service) Config() *config.Config { return s.state.Load().cfg }
+
+// Failure returns the failure policy in force and the state of its
+// breakers, one per store node seen.
+func (s *Service) Failure() (failure.Policy, []failure.BreakerState) {
+	g := s.guarded.Guard()
+	return g.Policy(), g.Breakers()
+}
 
 // Item is one request of Check or Peek: a cost for a key under a named
 // policy.
@@ -168,17 +184,17 @@ type Item struct {
 	Cost   int64 // 0 means 1
 }
 
-// ItemResult is the decision of one Item.
-type ItemResult struct {
+// ItemDecision is the decision of one Item, with the policy that made it.
+type ItemDecision struct {
 	Policy   *floodgate.Policy
 	Decision floodgate.Decision
 }
 
-// Result is the outcome of Check or Peek: each item's decision and the
+// Verdict is the outcome of Check or Peek: each item's decision and the
 // overall verdict (every item allowed).
-type Result struct {
+type Verdict struct {
 	Allowed bool
-	Items   []ItemResult
+	Items   []ItemDecision
 }
 
 // RequestError is a request the service refuses: an unknown policy, an
@@ -207,23 +223,23 @@ func (e *RequestError) NotFound() bool {
 // trip when the store allows. The error is a *RequestError for a bad
 // request (nothing is decided then); a failing store is not an error: the
 // failure policy decides, and the decisions say Degraded.
-func (s *Service) Check(ctx context.Context, items []Item) (Result, error) {
+func (s *Service) Check(ctx context.Context, items []Item) (Verdict, error) {
 	return s.decideItems(ctx, items, false)
 }
 
 // Peek is Check without recording anything.
-func (s *Service) Peek(ctx context.Context, items []Item) (Result, error) {
+func (s *Service) Peek(ctx context.Context, items []Item) (Verdict, error) {
 	return s.decideItems(ctx, items, true)
 }
 
-func (s *Service) decideItems(ctx context.Context, items []Item, peek bool) (Result, error) {
+func (s *Service) decideItems(ctx context.Context, items []Item, peek bool) (Verdict, error) {
 	st := s.state.Load()
-	lim := st.cfg.Limits
+	lim := st.cfg.Bounds
 	if len(items) == 0 {
-		return Result{}, &RequestError{Code: "no_items", Msg: "no requests: give a policy and a key"}
+		return Verdict{}, &RequestError{Code: "no_items", Msg: "no requests: give a policy and a key"}
 	}
 	if len(items) > lim.MaxBatch {
-		return Result{}, &RequestError{Code: "too_many_items", Field: "requests",
+		return Verdict{}, &RequestError{Code: "too_many_items", Field: "requests",
 			Msg: fmt.Sprintf("%d requests in one batch; at most %d (limits.max_batch)", len(items), lim.MaxBatch)}
 	}
 	reqs := make([]floodgate.Request, len(items))
@@ -236,26 +252,26 @@ func (s *Service) decideItems(ctx context.Context, items []Item, peek bool) (Res
 		}
 		p, ok := st.policies[it.Policy]
 		if !ok {
-			return Result{}, &RequestError{Code: "unknown_policy", Field: field("policy"),
+			return Verdict{}, &RequestError{Code: "unknown_policy", Field: field("policy"),
 				Msg: fmt.Sprintf("no policy named %q (GET /v1/policies lists them)", clip(it.Policy))}
 		}
-		if err := checkKey(it.Key, lim.MaxKeyBytes); err != nil {
-			return Result{}, &RequestError{Code: "invalid_key", Field: field("key"), Msg: err.Error()}
+		if err := CheckKey(it.Key, lim.MaxKeyBytes); err != nil {
+			return Verdict{}, &RequestError{Code: "invalid_key", Field: field("key"), Msg: err.Error()}
 		}
 		n := it.Cost
 		if n == 0 {
 			n = 1
 		}
 		if n < 1 || n > floodgate.MaxCost {
-			return Result{}, &RequestError{Code: "invalid_cost", Field: field("cost"),
+			return Verdict{}, &RequestError{Code: "invalid_cost", Field: field("cost"),
 				Msg: fmt.Sprintf("cost %d: want an integer from 1 to 2^53-1", it.Cost)}
 		}
 		reqs[i] = floodgate.Request{Policy: p, Key: it.Key, N: n, Peek: peek}
 	}
 	ds := s.decide(ctx, st, reqs)
-	res := Result{Allowed: true, Items: make([]ItemResult, len(items))}
+	res := Verdict{Allowed: true, Items: make([]ItemDecision, len(items))}
 	for i, d := range ds {
-		res.Items[i] = ItemResult{Policy: reqs[i].Policy, Decision: d}
+		res.Items[i] = ItemDecision{Policy: reqs[i].Policy, Decision: d}
 		if !d.Allowed {
 			res.Allowed = false
 		}
@@ -266,8 +282,9 @@ func (s *Service) decideItems(ctx context.Context, items []Item, peek bool) (Res
 	return res, nil
 }
 
-// checkKey returns what is wrong with a key, without repeating it.
-func checkKey(key string, max int) error {
+// CheckKey returns what is wrong with a key, without repeating it: empty,
+// or longer than max bytes (limits.max_key_bytes).
+func CheckKey(key string, max int) error {
 	switch {
 	case key == "":
 		return errors.New("empty key")
@@ -285,9 +302,23 @@ func clip(s string) string {
 	return s
 }
 
+// Decide decides valid requests — whose policies are the service's, or
+// compiled from its configuration (package rls) — as Check does: from the
+// over-limit cache where it is exact, else through the store (one pipeline
+// for several), else by the failure policy. It does not count the
+// decisions: call Count for each one made for a client.
+func (s *Service) Decide(ctx context.Context, reqs []floodgate.Request) []floodgate.Decision {
+	return s.decide(ctx, s.state.Load(), reqs)
+}
+
+// Count reports a decision to the observer (metrics), under label: a
+// policy's name, or a name standing for a bounded family of policies.
+func (s *Service) Count(label string, d floodgate.Decision, shadow bool) {
+	s.obs.Decision(label, d.Allowed, shadow, d.Degraded)
+}
+
 // decide decides valid requests: from the over-limit cache where it is
-// exact, else through the store (one pipeline for several), else by the
-// failure policy.
+// exact, else through the guarded store (one pipeline for several).
 func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Request) []floodgate.Decision {
 	out := make([]floodgate.Decision, len(reqs))
 	var todo []int
@@ -300,110 +331,48 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 		}
 		todo = append(todo, i)
 	}
-	if len(todo) == 0 {
-		return out
-	}
-	timeout := st.cfg.Store.Timeout
-	if s.breaker.open(now) {
-		for _, i := range todo {
-			out[i] = s.degrade(ctx, st, reqs[i], errBreakerOpen)
-		}
-		return out
-	}
-	bs, batched := s.raw.(floodgate.BatchStore)
 	switch {
-	case len(todo) > 1 && batched:
+	case len(todo) == 0:
+		return out
+	case len(todo) > 1:
 		sub := make([]floodgate.Request, len(todo))
 		for j, i := range todo {
 			sub[j] = reqs[i]
 		}
-		results := make([]floodgate.BatchResult, len(sub))
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		start := time.Now()
-		bs.TakeBatch(cctx, sub, results)
-		cancel()
-		took := time.Since(start)
+		results := make([]storekit.Outcome, len(sub))
+		s.guarded.TakeBatch(ctx, sub, results)
 		for j, i := range todo {
-			out[i] = s.settle(ctx, st, reqs[i], results[j].Decision, results[j].Err, now, took)
+			out[i] = s.settle(st, &reqs[i], results[j].Decision, results[j].Err, now)
 		}
 	default:
-		for _, i := range todo {
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			start := time.Now()
-			var d floodgate.Decision
-			var err error
-			if st.batch != nil {
-				d, err = st.batch.Take(cctx, reqs[i])
-			} else {
-				d, err = s.store.Take(cctx, reqs[i])
-			}
-			cancel()
-			out[i] = s.settle(ctx, st, reqs[i], d, err, now, time.Since(start))
+		i := todo[0]
+		var d floodgate.Decision
+		var err error
+		if st.batch != nil {
+			d, err = s.guarded.TakeVia(ctx, reqs[i], st.batch.Take)
+		} else {
+			d, err = s.guarded.Take(ctx, reqs[i])
 		}
+		out[i] = s.settle(st, &reqs[i], d, err, now)
 	}
 	return out
 }
 
-var errBreakerOpen = errors.New("service: store failing, not tried (circuit open)")
-
-// settle takes a store's answer: it records the call, feeds the breaker and
-// the over-limit cache, and applies the failure policy to an error. asked
+// settle takes a decision: it feeds the over-limit cache with a store's
+// exhausting denial. A request error (the caller's context ended) is
+// answered as the failure policy answers, since the request is gone. asked
 // is the service's clock before the call: the store decided at or after
 // it, so a window's end counted from asked is never later than the
 // store's (counted from the answer, a slow call would let the cache deny
 // past the window's end).
-func (s *Service) settle(ctx context.Context, st *state, req floodgate.Request, d floodgate.Decision, err error, asked time.Time, took time.Duration) floodgate.Decision {
-	op := "take"
-	if req.Peek {
-		op = "peek"
-	}
-	s.obs.StoreCall(op, took, err)
+func (s *Service) settle(st *state, req *floodgate.Request, d floodgate.Decision, err error, asked time.Time) floodgate.Decision {
 	if err != nil {
-		s.breaker.failure(s.clock.Now())
-		return s.degrade(ctx, st, req, err)
+		return floodgate.Decision{Allowed: true, Degraded: true}
 	}
-	s.breaker.success()
-	if !req.Peek && !d.Allowed && st.cfg.Store.OverLimitCache {
+	if !req.Peek && !d.Allowed && !d.Degraded && st.cfg.Store.OverLimitCache {
 		s.cache.put(req.Policy, req.Key, d, asked)
 	}
 	return d
-}
-
-// degrade decides a request the store could not, by the failure policy.
-func (s *Service) degrade(ctx context.Context, st *state, req floodgate.Request, cause error) floodgate.Decision {
-	f := st.cfg.Failure
-	if ok, held := s.failLog.allow(s.clock.Now()); ok {
-		// One line a second at most: "suppressed" counts those held back.
-		s.log.Warn("store failed; failure policy decides", "policy", req.Policy.Name, "mode", f.Mode, "error", cause, "suppressed", held)
-	}
-	switch f.Mode {
-	case "closed":
-		return floodgate.Decision{Allowed: false, Degraded: true, Limit: quota(req.Policy), RetryAfter: f.RetryAfter}
-	case "fallback":
-		cctx, cancel := context.WithTimeout(ctx, st.cfg.Store.Timeout)
-		defer cancel()
-		d, err := s.fallback.Take(cctx, req)
-		if err == nil {
-			d.Degraded = true
-			return d
-		}
-		if ok, held := s.fallbackLog.allow(s.clock.Now()); ok {
-			s.log.Error("fallback store failed too; failing open", "policy", req.Policy.Name, "error", err, "suppressed", held)
-		}
-	}
-	return floodgate.Decision{Allowed: true, Degraded: true, Limit: quota(req.Policy)}
-}
-
-// quota is the first limit's quota of a policy, for decisions made
-// without the store.
-func quota(p *floodgate.Policy) int64 {
-	switch p.Algorithm {
-	case floodgate.SlidingWindow, floodgate.AR1:
-		return int64(p.Limits[0].Max)
-	case floodgate.GCRA:
-		return p.Rate.Count
-	}
-	return p.Max
 }
 
 // Reset forgets key's state under the named policy (an admin action).
@@ -413,17 +382,19 @@ func (s *Service) Reset(ctx context.Context, policy, key string) error {
 	if !ok {
 		return &RequestError{Code: "unknown_policy", Field: "policy", Msg: fmt.Sprintf("no policy named %q", clip(policy))}
 	}
-	if err := checkKey(key, st.cfg.Limits.MaxKeyBytes); err != nil {
+	if err := CheckKey(key, st.cfg.Bounds.MaxKeyBytes); err != nil {
 		return &RequestError{Code: "invalid_key", Field: "key", Msg: err.Error()}
 	}
-	cctx, cancel := context.WithTimeout(ctx, st.cfg.Store.Timeout)
-	defer cancel()
-	start := time.Now()
-	err := s.raw.Reset(cctx, p, key)
-	s.obs.StoreCall("reset", time.Since(start), err)
+	err := s.guarded.Reset(ctx, p, key)
 	s.cache.drop(p, key)
 	return err
 }
+
+// Intern returns the service's value of policy p's identity (see
+// storekit.Interner), for engines that compile policies of the
+// configuration (package rls), so that every policy decided through the
+// service keeps its identity across reloads.
+func (s *Service) Intern(p *floodgate.Policy) *floodgate.Policy { return s.interned.Intern(p) }
 
 // Policies returns the named policies in name order.
 func (s *Service) Policies() []*floodgate.Policy {
@@ -439,7 +410,7 @@ func (s *Service) Policies() []*floodgate.Policy {
 var ErrNoUsage = errors.New("service: the store does not track usage")
 
 // TopKeys lists a tracked policy's keys (an admin action).
-func (s *Service) TopKeys(ctx context.Context, policy string, by floodgate.UsageOrder, limit int) ([]floodgate.KeyUsage, error) {
+func (s *Service) TopKeys(ctx context.Context, policy string, by usage.Order, limit int) ([]usage.Record, error) {
 	st := s.state.Load()
 	p, ok := st.policies[policy]
 	if !ok {
@@ -448,17 +419,11 @@ func (s *Service) TopKeys(ctx context.Context, policy string, by floodgate.Usage
 	if !p.Track {
 		return nil, &RequestError{Code: "not_tracked", Field: "policy", Msg: fmt.Sprintf("policy %q does not track usage (track: true)", p.Name)}
 	}
-	lister, ok := s.raw.(floodgate.UsageLister)
+	lister, ok := s.raw.(usage.Lister)
 	if !ok {
 		return nil, ErrNoUsage
 	}
 	return lister.TopKeys(ctx, p.Name, by, limit)
-}
-
-// Pinger is implemented by stores that can check their backend is
-// reachable (the Redis store); Ready uses it.
-type Pinger interface {
-	Ping(ctx context.Context) error
 }
 
 // Ready reports whether the service can decide: a configuration is loaded
@@ -467,7 +432,7 @@ func (s *Service) Ready(ctx context.Context) error {
 	if s.state.Load() == nil {
 		return errors.New("no configuration loaded")
 	}
-	if p, ok := s.raw.(Pinger); ok {
+	if p, ok := s.raw.(storekit.Pinger); ok {
 		cctx, cancel := context.WithTimeout(ctx, 10*s.state.Load().cfg.Store.Timeout)
 		defer cancel()
 		if err := p.Ping(cctx); err != nil {

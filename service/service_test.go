@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -26,11 +27,14 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/rlheader"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // epoch is where every manual clock starts: a whole minute, so that
@@ -79,7 +83,7 @@ type batchStore struct {
 	hold     chan struct{}
 }
 
-func (s *batchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []floodgate.BatchResult) {
+func (s *batchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
 	s.batches.Add(1)
 	for n := int64(len(reqs)); ; {
 		m := s.maxBatch.Load()
@@ -122,7 +126,7 @@ func (r *recorder) Decision(policy string, allowed, shadow, degraded bool) {
 	}
 }
 
-func (r *recorder) StoreCall(op string, took time.Duration, err error) {
+func (r *recorder) StoreCall(op, node string, took time.Duration, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.c.storeCalls == nil {
@@ -133,6 +137,8 @@ func (r *recorder) StoreCall(op string, took time.Duration, err error) {
 		r.c.storeErrors++
 	}
 }
+
+func (r *recorder) BreakerChanged(node string, open bool) {}
 
 func (r *recorder) OverLimitCacheHit(policy string) {
 	r.mu.Lock()
@@ -182,7 +188,7 @@ func newRig(t *testing.T, batched bool, yaml string) *rig {
 		r.batch = &batchStore{flakyStore: r.store}
 		o.Store = r.batch
 	}
-	if cfg.Failure.Mode == "fallback" {
+	if cfg.Failure.Mode == failure.Fallback {
 		r.fallback = newMem(t, r.clock)
 		o.Fallback = r.fallback
 	}
@@ -194,7 +200,7 @@ func newRig(t *testing.T, batched bool, yaml string) *rig {
 	return r
 }
 
-func newMem(t *testing.T, clock floodgate.Clock) *memstore.Store {
+func newMem(t *testing.T, clock storekit.Clock) *memstore.Store {
 	t.Helper()
 	m, err := memstore.New(memstore.WithClock(clock))
 	if err != nil {
@@ -228,7 +234,7 @@ func items(policy string, keys ...string) []service.Item {
 	return out
 }
 
-func check(t *testing.T, svc *service.Service, its ...service.Item) service.Result {
+func check(t *testing.T, svc *service.Service, its ...service.Item) service.Verdict {
 	t.Helper()
 	res, err := svc.Check(ctx, its)
 	if err != nil {
@@ -240,7 +246,7 @@ func check(t *testing.T, svc *service.Service, its ...service.Item) service.Resu
 	return res
 }
 
-func peek(t *testing.T, svc *service.Service, its ...service.Item) service.Result {
+func peek(t *testing.T, svc *service.Service, its ...service.Item) service.Verdict {
 	t.Helper()
 	res, err := svc.Peek(ctx, its)
 	if err != nil {
@@ -409,7 +415,7 @@ func TestPeek(t *testing.T) {
 	}
 }
 
-func decisions(res service.Result) []floodgate.Decision {
+func decisions(res service.Verdict) []floodgate.Decision {
 	out := make([]floodgate.Decision, len(res.Items))
 	for i, it := range res.Items {
 		out[i] = it.Decision
@@ -445,7 +451,7 @@ func TestRequestErrors(t *testing.T) {
 	for _, c := range cases {
 		for _, op := range []struct {
 			name string
-			call func(context.Context, []service.Item) (service.Result, error)
+			call func(context.Context, []service.Item) (service.Verdict, error)
 		}{{"Check", r.svc.Check}, {"Peek", r.svc.Peek}} {
 			res, err := op.call(ctx, c.items)
 			var re *service.RequestError
@@ -578,7 +584,7 @@ func TestExactUnderConcurrencyMemory(t *testing.T) {
 
 // redisService returns a service on a Redis store of c with its own key
 // prefix, its scripts loaded.
-func redisService(t *testing.T, c redis.UniversalClient, yaml string, clock floodgate.Clock) (*service.Service, *redisstore.Store) {
+func redisService(t *testing.T, c redis.UniversalClient, yaml string, clock storekit.Clock) (*service.Service, *redisstore.Store) {
 	t.Helper()
 	st, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("svc%d", rand.Uint32())))
 	if err != nil {
@@ -857,6 +863,7 @@ func TestFailureLogsThrottled(t *testing.T) {
 policies:
   fw: "fixed_window 5/1m"
 store: {over_limit_cache: false}
+failure: {breaker: {disabled: true}}
 `), service.Options{Store: store, Clock: clock, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -893,29 +900,27 @@ failure: {mode: `+mode+`, retry_after: 7s}
 			for i := range 3 {
 				res := check(t, r.svc, items("fw", "k")...)
 				d := res.Items[0].Decision
-				if !d.Degraded || d.Limit != 2 || res.Allowed != d.Allowed {
-					t.Errorf("check %d: %v (result allowed %v); want degraded, limit 2", i, d, res.Allowed)
+				if !d.Degraded || res.Allowed != d.Allowed {
+					t.Errorf("check %d: %v (result allowed %v); want degraded", i, d, res.Allowed)
 				}
-				h := service.HeaderResults(res.Items)[0]
+				item := []rlheader.Item{{Policy: res.Items[0].Policy, Decision: d}}
 				switch mode {
 				case "open":
-					if !d.Allowed || d.Remaining != 0 || d.RetryAfter != 0 {
-						t.Errorf("check %d: %v; want allowed, remaining 0", i, d)
-					}
-					if !errors.Is(h.Err, floodgate.ErrUnavailable) {
-						t.Errorf("check %d: header result error %v; want ErrUnavailable (no numbers to report)", i, h.Err)
+					if !d.Allowed || d.Limit != 0 || d.Remaining != 0 || d.RetryAfter != 0 {
+						t.Errorf("check %d: %v; want allowed, with no numbers", i, d)
 					}
 				case "closed":
-					if d.Allowed || d.RetryAfter != 7*time.Second {
-						t.Errorf("check %d: %v; want denied, retry after 7s", i, d)
-					}
-					if h.Err != nil {
-						t.Errorf("check %d: header result error %v; a denial reports its Retry-After", i, h.Err)
+					if d.Allowed || d.Limit != 0 || d.RetryAfter != 7*time.Second {
+						t.Errorf("check %d: %v; want denied, with no numbers but the retry after 7s", i, d)
 					}
 				case "fallback":
-					if d.Allowed != (i < 2) || d.Remaining != max(0, int64(1-i)) {
+					if d.Allowed != (i < 2) || d.Limit != 2 || d.Remaining != max(0, int64(1-i)) {
 						t.Errorf("check %d: %v; want the fallback's count: allowed %v", i, d, i < 2)
 					}
+				}
+				// Only the fallback's decisions carry numbers to report.
+				if bi := rlheader.Binding(item); (bi == 0) != (mode == "fallback") {
+					t.Errorf("check %d: %s: RateLimit reports the decision: %v", i, mode, bi == 0)
 				}
 			}
 			if d := peek(t, r.svc, items("fw", "k")...).Items[0].Decision; !d.Degraded {
@@ -940,38 +945,20 @@ failure: {mode: `+mode+`, retry_after: 7s}
 	}
 }
 
-// TestFailOpenLimits: a decision made without the store reports the quota
-// the store reports for the same policy, for every algorithm.
-func TestFailOpenLimits(t *testing.T) {
-	r := newRig(t, false, `
-policies:
-  fw: "fixed_window 7/1m"
-  gc: "gcra 5/1s burst 10"
-  tb: "token_bucket 15/1m burst 3"
-  sl: "sliding_log 4/1s"
-  sw: "sliding_window 6/1m resolution 1s, 20/1h resolution 1m"
-  ar: "ar1 9/1s decay 2"
-`)
-	for _, p := range []string{"fw", "gc", "tb", "sl", "sw", "ar"} {
-		r.store.failing.Store(false)
-		healthy := one(t, r.svc, p, "healthy")
-		r.store.failing.Store(true)
-		failed := one(t, r.svc, p, "failed")
-		if healthy.Degraded || !failed.Degraded || !failed.Allowed || failed.Limit != healthy.Limit {
-			t.Errorf("%s: store %v, failure mode %v; want the same limit, degraded and allowed", p, healthy, failed)
-		}
-	}
-}
-
-// TestBreaker: after 5 consecutive failures the store is not called for
-// 500 ms (the failure mode answers at once); then calls go through again,
-// 5 more failures open it again, and one success closes it.
+// TestBreaker: the breaker opens when enough of the calls within its
+// window failed (here: 5 calls, all failed); while open the store is not
+// called and the failure mode answers at once; after open_for one probe
+// goes through: its failure opens the breaker again, its success closes
+// it. Failures among successes within the window keep it closed; the
+// window forgets old calls.
 func TestBreaker(t *testing.T) {
 	for _, batched := range []bool{false, true} {
 		t.Run(batchedName(batched), func(t *testing.T) {
 			r := newRig(t, batched, `
 policies: {fw: "fixed_window 1000/1h"}
-failure: {mode: closed}
+failure:
+  mode: closed
+  breaker: {window: 10s, min_calls: 5, failure_ratio: 1, open_for: 500ms}
 `)
 			calls := int64(0)
 			// try checks n times and wants tried of them to reach the
@@ -989,7 +976,8 @@ failure: {mode: closed}
 			}
 
 			r.store.failing.Store(true)
-			try(5, 5, "five failures, each tried")
+			try(4, 4, "four failures: fewer calls than min_calls")
+			try(1, 1, "the fifth failure opens it")
 			try(10, 0, "breaker open")
 			res := check(t, r.svc, items("fw", "a", "b", "c")...)
 			for i, it := range res.Items {
@@ -1005,24 +993,46 @@ failure: {mode: closed}
 			r.clock.Advance(500*time.Millisecond - time.Microsecond)
 			try(1, 0, "open until its last microsecond")
 			r.clock.Advance(time.Microsecond)
-			try(1, 1, "half-open: tried again")
-			try(4, 4, "still failing: tried until five failures")
-			try(3, 0, "open again")
+			try(1, 1, "a probe after open_for")
+			try(3, 0, "the probe failed: open again")
 
 			r.clock.Advance(500 * time.Millisecond)
 			r.store.failing.Store(false)
-			try(1, 1, "store back: closed")
+			try(1, 1, "store back: the probe closes it")
 			try(2, 2, "closed")
 
 			r.store.failing.Store(true)
-			try(4, 4, "four failures after a success: closed")
-			r.store.failing.Store(false)
-			try(1, 1, "a success resets the count")
-			r.store.failing.Store(true)
-			try(4, 4, "four more failures: closed")
-			try(1, 1, "the fifth consecutive failure")
+			try(6, 6, "failures among successes: not all failed, closed")
+			r.clock.Advance(10 * time.Second) // the window forgets them
+			try(4, 4, "four failures in a fresh window: closed")
+			try(1, 1, "the fifth opens it")
 			try(2, 0, "open")
 		})
+	}
+}
+
+// TestDegradedDecisionsClaimNoQuota: a decision made without the store
+// (fail open, fail closed) carries no numbers, for every algorithm: no
+// limit, no remaining quota a client could read as "0 left".
+func TestDegradedDecisionsClaimNoQuota(t *testing.T) {
+	for _, mode := range []string{"open", "closed"} {
+		r := newRig(t, false, `
+policies:
+  fw: "fixed_window 7/1m"
+  gc: "gcra 5/1s burst 10"
+  tb: "token_bucket 15/1m burst 3"
+  sl: "sliding_log 4/1s"
+  sw: "sliding_window 6/1m resolution 1s, 20/1h resolution 1m"
+  ar: "ar1 9/1s decay 2"
+failure: {mode: `+mode+`}
+`)
+		r.store.failing.Store(true)
+		for _, p := range []string{"fw", "gc", "tb", "sl", "sw", "ar"} {
+			d := one(t, r.svc, p, "failed")
+			if !d.Degraded || d.Allowed != (mode == "open") || d.Limit != 0 || d.Remaining != 0 || d.ResetAfter != 0 {
+				t.Errorf("%s, fail %s: %v; want degraded with no numbers", p, mode, d)
+			}
+		}
 	}
 }
 
@@ -1166,12 +1176,10 @@ func TestReloadUnderLoad(t *testing.T) {
 			defer stopWorkers()
 			started.Wait()
 
-			// The invalid ones: a failure mode the service cannot honour,
-			// and a domain whose policy does not compile (config.Parse
-			// would refuse it; a caller building a Config by hand may not).
+			// The invalid one: a failure mode the service cannot honour. (A
+			// domain that does not compile is refused by rls.Compile, before
+			// the service reloads: see package rls.)
 			fallback := mustParse(t, reloadA+"failure: {mode: fallback}\n")
-			badDomain := *cfgA
-			badDomain.Domains = []*config.Domain{{Name: "d", Descriptors: []*config.Descriptor{{Key: "a", RateLimit: &config.RateLimit{Spec: "gcra fast"}}}}}
 			const reloads = 40
 			for i := range reloads {
 				next := cfgA
@@ -1185,7 +1193,7 @@ func TestReloadUnderLoad(t *testing.T) {
 					t.Fatalf("reload %d: %v", i, err)
 				}
 				if i == 10 || i == 21 {
-					for _, bad := range []*config.Config{fallback, &badDomain} {
+					for _, bad := range []*config.Config{fallback} {
 						if err := svc.Reload(bad); err == nil {
 							t.Fatalf("reload %d: an invalid configuration applied", i)
 						}
@@ -1214,8 +1222,8 @@ func TestReloadUnderLoad(t *testing.T) {
 			if d := peek(t, svc, items("keep", "k")...).Items[0].Decision; d.Remaining != 1_000_000-total-1 {
 				t.Errorf("keep after %d adds and %d reloads: %v; want remaining %d (no count lost)", total, reloads, d, 1_000_000-total-1)
 			}
-			if obs := r.obs.snapshot(); obs.reloadsOK != reloads || obs.reloadsFailed != 4 || obs.degraded != 0 {
-				t.Errorf("observer: %d reloads applied, %d refused, %d degraded; want %d, 4, 0", obs.reloadsOK, obs.reloadsFailed, obs.degraded, reloads)
+			if obs := r.obs.snapshot(); obs.reloadsOK != reloads || obs.reloadsFailed != 2 || obs.degraded != 0 {
+				t.Errorf("observer: %d reloads applied, %d refused, %d degraded; want %d, 2, 0", obs.reloadsOK, obs.reloadsFailed, obs.degraded, reloads)
 			}
 
 			// A new max keeps every count.
@@ -1251,8 +1259,8 @@ failure: {mode: closed, retry_after: 3s}
 	}
 
 	srv.Kill(t)
-	if d := one(t, svc, "fw", "k"); d.Allowed || !d.Degraded || d.RetryAfter != 3*time.Second || d.Limit != 5 {
-		t.Errorf("redis down, fail closed: %v; want denied, degraded, retry after 3s", d)
+	if d := one(t, svc, "fw", "k"); d.Allowed || !d.Degraded || d.RetryAfter != 3*time.Second || d.Limit != 0 {
+		t.Errorf("redis down, fail closed: %v; want denied, degraded, retry after 3s, no numbers", d)
 	}
 	if err := svc.Ready(ctx); err == nil {
 		t.Error("Ready with redis down: no error")
@@ -1268,5 +1276,79 @@ failure: {mode: closed, retry_after: 3s}
 	waitFor(t, "Ready after redis restarted", func() bool { return svc.Ready(ctx) == nil })
 	if d := one(t, svc, "fw", "k"); !d.Allowed || d.Degraded || d.Remaining != 4 {
 		t.Errorf("redis back (its data gone): %v; want allowed by the store, remaining 4", d)
+	}
+}
+
+func parse(files ...string) (*config.Config, error) {
+	srcs := make([]config.Source, len(files))
+	for i, f := range files {
+		srcs[i] = config.Source{Name: "f" + string(rune('0'+i)) + ".yaml", Data: []byte(f)}
+	}
+	return config.Parse(srcs...)
+}
+
+// TestReloadMemoryFlat reloads a Redis-backed service 10,000 times,
+// alternating two versions of a configuration of ten policies (each
+// parsed anew every time, as a file watch does) and deciding through the
+// store after every reload: a policy that comes back keeps its identity
+// (the same value, so the store's caches keep serving it), and the live
+// heap after the first thousand reloads stays flat. Before policies had an
+// identity, every reload minted values that the Redis store cached for
+// good.
+func TestReloadMemoryFlat(t *testing.T) {
+	srv := redistest.StartServer(t)
+	version := func(max int) string {
+		var b strings.Builder
+		b.WriteString("policies:\n")
+		for i := range 10 {
+			fmt.Fprintf(&b, "  p%d: \"fixed_window %d/1h\"\n  g%d: \"gcra %d/1s burst 3\"\n", i, max+i, i, max+i)
+		}
+		b.WriteString("store: {batching: false}\n")
+		return b.String()
+	}
+	a, b := version(100), version(200)
+	svc, _ := redisService(t, redisClient(t, srv), a, nil)
+	first := map[string]*floodgate.Policy{}
+	for _, p := range svc.Policies() {
+		first[p.Name] = p
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	const reloads, settle = 10_000, 1_000
+	var atSettle uint64
+	for i := range reloads {
+		text := b
+		if i%2 == 1 {
+			text = a
+		}
+		if err := svc.Reload(mustParse(t, text)); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("p%d", i%10)
+		if i%3 == 0 {
+			name = fmt.Sprintf("g%d", i%10)
+		}
+		if d := one(t, svc, name, "k"); d.Degraded {
+			t.Fatalf("reload %d: %v", i, d)
+		}
+		if i%2 == 1 {
+			for _, p := range svc.Policies() {
+				if p != first[p.Name] {
+					t.Fatalf("reload %d: policy %s is a new value; the same policy must keep its identity", i, p.Name)
+				}
+			}
+		}
+		if i+1 == settle {
+			atSettle = heap()
+		}
+	}
+	end := heap()
+	t.Logf("live heap: %d KiB after %d reloads, %d KiB after %d", atSettle>>10, settle, end>>10, reloads)
+	if end > atSettle+atSettle/10+256<<10 {
+		t.Errorf("the live heap grew from %d KiB to %d KiB over %d reloads", atSettle>>10, end>>10, reloads-settle)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // limiter is what every library is reduced to: decide one request of cost
@@ -120,10 +121,10 @@ func (f *fgLimiter) decide(ctx context.Context, keys []string, ok []bool) error 
 		return err
 	}
 	var reqBuf [32]floodgate.Request
-	var outBuf [32]floodgate.BatchResult
+	var outBuf [32]storekit.Outcome
 	reqs, out := reqBuf[:0], outBuf[:0]
 	if len(keys) > len(reqBuf) {
-		reqs, out = make([]floodgate.Request, 0, len(keys)), make([]floodgate.BatchResult, 0, len(keys))
+		reqs, out = make([]floodgate.Request, 0, len(keys)), make([]storekit.Outcome, 0, len(keys))
 	}
 	for _, k := range keys {
 		reqs = append(reqs, floodgate.Request{Policy: f.p, Key: k, N: 1})

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // callCase is one contender of the per-call measurement: a limiter and
@@ -62,8 +62,8 @@ func callCases(fgCommand string) []callCase {
 		fg("floodgate sliding_window", "sliding_window 50000/1h resolution 1m"),
 		fg("floodgate sliding_log", "sliding_log 50000/1h"),
 		fg("floodgate ar1", "ar1 50000/1h decay 2"),
-		fg("floodgate gcra, caller's clock", gcraText(p.gcra), redisstore.WithClock(floodgate.SystemClock{})),
-		fg("floodgate fixed_window, caller's clock", fixedText(p.fixed), redisstore.WithClock(floodgate.SystemClock{})),
+		fg("floodgate gcra, caller's clock", gcraText(p.gcra), redisstore.WithClock(storekit.SystemClock{})),
+		fg("floodgate fixed_window, caller's clock", fixedText(p.fixed), redisstore.WithClock(storekit.SystemClock{})),
 		fg("floodgate gcra, array reply", gcraText(loadParams.gcra)),
 		fg("floodgate fixed_window, array reply", fixedText(loadParams.fixed)),
 		peer(redisRateLib(), fmt.Sprintf("GCRA Limit{Rate: %d, Period: %s, Burst: %d}", p.gcra.count, p.gcra.period, p.gcra.burst), "evalsha"),

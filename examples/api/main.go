@@ -22,9 +22,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/httplimit"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/rlheader"
 )
 
 func main() {
@@ -49,42 +51,42 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer local.Close()
 	var store floodgate.Store = local
-	failure := httplimit.Failure{} // fail open
 	if *redisAddr != "" {
 		// No retries (a decision that may have run is never sent twice),
 		// and context deadlines honoured so that a slow Redis costs at
-		// most Failure.Timeout.
+		// most the failure policy's timeout (50ms).
 		client := redis.NewClient(&redis.Options{Addr: *redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true})
 		defer client.Close()
-		if store, err = redisstore.New(client); err != nil {
+		rs, err := redisstore.New(client)
+		if err != nil {
 			return err
 		}
-		// While Redis is down, each instance limits on its own.
-		failure.Mode = httplimit.FailFallback
+		// While Redis is down or slow, each instance limits on its own.
+		if store, err = failure.Wrap(rs, failure.Policy{Mode: failure.Fallback, Fallback: local}); err != nil {
+			return err
+		}
 	}
 
 	// 5 requests per second per address, in bursts of up to 10; at most 3
 	// lookups of one user per 10 seconds.
-	perIP, err := limiter(store, local, "per-ip", "gcra 5/1s burst 10")
+	perIP, err := limiter(store, "per-ip", "gcra 5/1s burst 10")
 	if err != nil {
 		return err
 	}
-	perUser, err := limiter(store, local, "per-user", "sliding_window 3/10s resolution 1s")
+	perUser, err := limiter(store, "per-user", "sliding_window 3/10s resolution 1s")
 	if err != nil {
 		return err
 	}
 	byIP, err := httplimit.New(httplimit.Config{
 		Rules:   []httplimit.Rule{perIP(httplimit.RemoteIP())},
-		Headers: httplimit.DefaultHeaders | httplimit.XRateLimit,
-		Failure: failure,
+		Headers: rlheader.Default | rlheader.XRateLimit,
 	})
 	if err != nil {
 		return err
 	}
 	byIPAndUser, err := httplimit.New(httplimit.Config{
 		Rules:   []httplimit.Rule{perIP(httplimit.RemoteIP()), perUser(httplimit.PathValue("id"))},
-		Headers: httplimit.DefaultHeaders | httplimit.XRateLimit,
-		Failure: failure,
+		Headers: rlheader.Default | rlheader.XRateLimit,
 	})
 	if err != nil {
 		return err
@@ -123,8 +125,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // limiter returns a function making a rule of the policy described by
-// text, on store, falling back to the same policy on local.
-func limiter(store, local floodgate.Store, name, text string) (func(httplimit.KeyFunc) httplimit.Rule, error) {
+// text, on store.
+func limiter(store floodgate.Store, name, text string) (func(httplimit.KeyFunc) httplimit.Rule, error) {
 	p, err := floodgate.ParsePolicy(name, text)
 	if err != nil {
 		return nil, err
@@ -133,12 +135,8 @@ func limiter(store, local floodgate.Store, name, text string) (func(httplimit.Ke
 	if err != nil {
 		return nil, err
 	}
-	fallback, err := floodgate.NewLimiter(local, p)
-	if err != nil {
-		return nil, err
-	}
 	return func(key httplimit.KeyFunc) httplimit.Rule {
-		return httplimit.Rule{Limiter: lim, Key: key, Fallback: fallback}
+		return httplimit.Rule{Limiter: lim, Key: key}
 	}, nil
 }
 

@@ -42,7 +42,7 @@ func main() {
 
 	// 5 requests per second, bursts of 2: Wait paces the caller.
 	api, err := floodgate.NewLimiter(store, floodgate.Policy{
-		Name: "api", Algorithm: floodgate.GCRA, Rate: floodgate.PerSecond(5), Burst: 2,
+		Name: "api", Algorithm: floodgate.GCRA, Max: 5, Window: time.Second, Burst: 2,
 	})
 	if err != nil {
 		log.Fatal(err)

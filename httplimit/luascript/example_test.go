@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/httplimit"
 	"github.com/floodgatehq/floodgate/httplimit/luascript"
 )
@@ -53,7 +54,7 @@ return {'allow', {ARGV[1], tostring(ttl), tostring(limit - used)}}
 		Key:     httplimit.RemoteIP(),
 		Prefix:  "per-ip:",
 		Opts:    []any{100, 60},
-		Failure: httplimit.Failure{Mode: httplimit.FailOpen},
+		Failure: failure.Policy{Mode: failure.Open},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -35,7 +35,8 @@
 // is neither a string, an integer nor a {name, value} pair of them, more
 // plain values than header names, a name or value that cannot be sent),
 // or does not answer within the failure policy's timeout, is a failure:
-// httplimit's failure policy decides, exactly as for a store.
+// the failure policy (package failure) decides, with its timeout, breaker
+// and mode, exactly as for a store.
 //
 // Scripts run with EVALSHA; when Redis answers NOSCRIPT (after a restart
 // or SCRIPT FLUSH) the source is sent once with EVAL, which loads it
@@ -48,6 +49,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -56,7 +58,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/httplimit"
+	"github.com/floodgatehq/floodgate/rlheader"
 )
 
 // FixedWindow is the built-in script, the fixed window limiter of the
@@ -140,7 +144,7 @@ type Config struct {
 	// another script.
 	Headers []string
 
-	// Name names the limit in the hook's Result and in the
+	// Name names the limit in the hook's RuleDecision and in the
 	// violated-policies of a 429 problem; empty leaves them out.
 	Name string
 
@@ -162,19 +166,21 @@ type Config struct {
 	Opts []any
 
 	// Failure is the failure policy for script errors, malformed replies,
-	// Redis errors and timeouts; see httplimit.Failure.
-	Failure httplimit.Failure
+	// Redis errors and timeouts (see package failure); its zero value fails
+	// open after 50ms. Its Fallback store is not used: in Fallback mode
+	// the Fallback limiter below decides.
+	Failure failure.Policy
 
 	// Fallback decides when the script fails and Failure.Mode is
-	// httplimit.FailFallback (it is then required), keyed by the first of
-	// the script's KEYS. Its decisions set the header fields of
-	// httplimit.DefaultHeaders (RateLimit-Policy, RateLimit, Retry-After)
-	// instead of the script's.
+	// failure.Fallback (it is then required), keyed by the first of the
+	// script's KEYS. Its decisions set the header fields of
+	// rlheader.Default (RateLimit-Policy, RateLimit, Retry-After) instead of
+	// the script's.
 	Fallback *floodgate.Limiter
 
 	// Denied answers denied requests; nil means httplimit.DeniedHandler.
 	// The script's header fields are set before it runs, and
-	// httplimit.Results(r.Context()) gives the decision.
+	// httplimit.Decisions(r.Context()) gives the decision.
 	Denied http.Handler
 
 	// KeyErrorStatus is the status of a request whose key cannot be
@@ -184,11 +190,15 @@ type Config struct {
 	// Shadow runs the script and sets its header fields but never blocks.
 	Shadow bool
 
-	// OnDecision, when set, is called once per request with one Result:
-	// Name, the decision (only Allowed and Degraded are meaningful for a
-	// script's), and the error of a failed script or key function. Keys
-	// are never passed to it.
-	OnDecision func(r *http.Request, results []httplimit.Result)
+	// OnDecision, when set, is called once per request with one
+	// RuleDecision: Name, the decision (only Allowed and Degraded are
+	// meaningful for a script's), and the error of a failed script or key
+	// function. Keys are never passed to it.
+	OnDecision func(r *http.Request, decisions []httplimit.RuleDecision)
+
+	// Logger receives the failure policy's log lines; nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 type limiter struct {
@@ -200,15 +210,13 @@ type limiter struct {
 	prefix     string
 	keys       func(*http.Request) ([]string, error)
 	opts       []any
-	mode       httplimit.FailureMode
-	timeout    time.Duration
-	retryAfter string
+	guard      *failure.Guard
 	fallback   *floodgate.Limiter
 	fbPolicy   *floodgate.Policy
 	denied     http.Handler
 	keyStatus  int
 	shadow     bool
-	onDecision func(*http.Request, []httplimit.Result)
+	onDecision func(*http.Request, []httplimit.RuleDecision)
 }
 
 // New returns a middleware that runs the script of c for every request
@@ -240,8 +248,6 @@ func newLimiter(c Config) (*limiter, error) {
 		prefix:     c.Prefix,
 		keys:       c.Keys,
 		opts:       c.Opts,
-		mode:       c.Failure.Mode,
-		timeout:    c.Failure.Timeout,
 		fallback:   c.Fallback,
 		denied:     c.Denied,
 		keyStatus:  http.StatusBadRequest,
@@ -280,24 +286,26 @@ func newLimiter(c Config) (*limiter, error) {
 	default:
 		bad("KeyErrorStatus", strconv.Itoa(c.KeyErrorStatus), "0 (meaning 400), 400 or 500")
 	}
-	if err := c.Failure.Validate(); err != nil {
-		errs = append(errs, err)
+	if c.Failure.Mode == failure.Fallback && c.Fallback == nil {
+		bad("Fallback", "nil", "a *floodgate.Limiter when Failure.Mode is failure.Fallback")
 	}
-	if c.Failure.Mode == httplimit.FailFallback && c.Fallback == nil {
-		bad("Fallback", "nil", "a *floodgate.Limiter when Failure.Mode is FailFallback")
+	if c.Failure.Fallback != nil {
+		bad("Failure.Fallback", "set", "nil: the Fallback limiter decides for a script")
 	}
 	if c.Fallback != nil {
 		p := c.Fallback.Policy()
 		l.fbPolicy = &p
 	}
-	if l.timeout == 0 {
-		l.timeout = httplimit.DefaultTimeout
+	fp := c.Failure
+	if fp.Mode == failure.Fallback {
+		// The guard's own check wants a store; the limiter stands in.
+		fp.Fallback = fallbackStore{}
 	}
-	retryAfter := c.Failure.RetryAfter
-	if retryAfter <= 0 {
-		retryAfter = httplimit.DefaultFailClosedRetryAfter
+	g, err := failure.NewGuard(fp, failure.WithLogger(c.Logger))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%w: luascript: Failure: %w", httplimit.ErrInvalidConfig, err))
 	}
-	l.retryAfter = strconv.FormatInt(int64(retryAfter/time.Second), 10)
+	l.guard = g
 	if l.denied == nil {
 		l.denied = httplimit.DeniedHandler
 	}
@@ -331,7 +339,7 @@ func positiveInt(v any) bool {
 }
 
 func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	res := httplimit.Result{Name: l.name}
+	res := httplimit.RuleDecision{Name: l.name}
 	keys, err := l.requestKeys(r)
 	if err != nil {
 		res.Err = err
@@ -348,47 +356,51 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 
-	allowed, fields, err := l.run(r.Context(), keys)
+	var fields [][2]string
+	call := func(ctx context.Context) (floodgate.Decision, error) {
+		allowed, f, err := l.run(ctx, keys)
+		fields = f
+		return floodgate.Decision{Allowed: allowed}, err
+	}
+	var fallback func(context.Context) (floodgate.Decision, error)
+	if l.fallback != nil {
+		fallback = func(ctx context.Context) (floodgate.Decision, error) { return l.fallback.Allow(ctx, keys[0]) }
+	}
+	d, cause, err := l.guard.Do(r.Context(), "take", "", call, fallback)
 	h := w.Header()
 	closed := false
 	switch {
-	case err == nil:
-		res.Decision.Allowed = allowed
+	case err != nil: // the request's context ended
+		res.Err = err
+		closed = true
+	case !d.Degraded:
+		res.Decision = d
 		for _, f := range fields {
 			h.Set(f[0], f[1])
 		}
 	default:
-		res.Err = err
-		res.Decision.Degraded = true
-		switch l.mode {
-		case httplimit.FailClosed:
-			closed = true
-		case httplimit.FailFallback:
-			d, ferr := l.askFallback(r.Context(), keys[0])
-			if ferr != nil {
-				res.Err = errors.Join(err, ferr)
-				res.Decision.Allowed = true
-				break
-			}
-			d.Degraded = true
-			res.Decision, res.Policy, res.Fallback = d, l.fbPolicy, true
-			sel := httplimit.DefaultHeaders
+		res.Decision, res.Err = d, cause
+		switch {
+		case d.Limit != 0: // the fallback limiter's decision
+			res.Policy, res.Err = l.fbPolicy, nil
+			sel := rlheader.Default
 			if l.shadow {
-				sel &^= httplimit.RetryAfter
+				sel &^= rlheader.RetryAfter
 			}
-			httplimit.SetHeaders(h, sel, time.Now(), []httplimit.Result{res})
-		default:
-			res.Decision.Allowed = true
+			items := []rlheader.Item{{Policy: l.fbPolicy, Decision: d}}
+			rlheader.Set(h, sel, time.Now(), rlheader.PolicyField(items), items)
+		case !d.Allowed:
+			closed = true
 		}
 	}
 	l.hook(r, res)
 	switch {
 	case l.shadow:
-	case res.Known() && !res.Decision.Allowed:
-		l.denied.ServeHTTP(w, r.WithContext(httplimit.WithResults(r.Context(), []httplimit.Result{res})))
+	case !closed && !res.Decision.Allowed:
+		l.denied.ServeHTTP(w, r.WithContext(httplimit.WithDecisions(r.Context(), []httplimit.RuleDecision{res})))
 		return
 	case closed:
-		h.Set("Retry-After", l.retryAfter)
+		h.Set("Retry-After", rlheader.RetryAfterValue(max(d.RetryAfter, time.Second)))
 		httplimit.WriteProblem(w, httplimit.Problem{
 			Title:  http.StatusText(http.StatusServiceUnavailable),
 			Status: http.StatusServiceUnavailable,
@@ -399,11 +411,15 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	next.ServeHTTP(w, r)
 }
 
-func (l *limiter) hook(r *http.Request, res httplimit.Result) {
+func (l *limiter) hook(r *http.Request, res httplimit.RuleDecision) {
 	if l.onDecision != nil {
-		l.onDecision(r, []httplimit.Result{res})
+		l.onDecision(r, []httplimit.RuleDecision{res})
 	}
 }
+
+// fallbackStore stands in for the Fallback limiter in the guard's policy
+// (which checks that Fallback mode has a fallback); the limiter decides.
+type fallbackStore struct{ floodgate.Store }
 
 // requestKeys returns the script's KEYS for r, or an error wrapping
 // httplimit.ErrKey.
@@ -440,13 +456,9 @@ func wrapKeyError(err error) error {
 	return fmt.Errorf("%w: %w", httplimit.ErrKey, err)
 }
 
-// run runs the script and decodes its reply.
+// run runs the script and decodes its reply. ctx carries the failure
+// policy's timeout.
 func (l *limiter) run(ctx context.Context, keys []string) (bool, [][2]string, error) {
-	if l.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-	}
 	reply, err := l.script.Run(ctx, l.client, keys, l.opts...).Result()
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
@@ -455,17 +467,6 @@ func (l *limiter) run(ctx context.Context, keys []string) (bool, [][2]string, er
 		return false, nil, fmt.Errorf("%w: luascript: %w", floodgate.ErrUnavailable, err)
 	}
 	return parseReply(reply, l.headers)
-}
-
-// askFallback asks the fallback limiter, with a deadline of its own.
-func (l *limiter) askFallback(parent context.Context, key string) (floodgate.Decision, error) {
-	ctx := context.WithoutCancel(parent)
-	if l.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-	}
-	return l.fallback.Allow(ctx, key)
 }
 
 // parseReply decodes a script's reply as the package documentation says:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // Result is a decision in SPEC.md's units, as the vectors and the
@@ -162,11 +163,6 @@ func (s *State) Empty(now int64) bool {
 	return now >= s.Expires
 }
 
-// countsDenied is Policy.CountsDenied without copying the policy.
-func countsDenied(p *floodgate.Policy) bool {
-	return p.CountDenied == floodgate.On || p.CountDenied == floodgate.Default && p.Algorithm == floodgate.SlidingLog
-}
-
 // SameShape reports whether state written under policy a means the same
 // under policy b: same algorithm, and for SlidingWindow and AR1 the same
 // number of limits with the same windows and resolutions (their buckets and
@@ -192,7 +188,7 @@ func SameShape(a, b *floodgate.Policy) bool {
 		}
 	case floodgate.GCRA:
 		// TATFrac is in units of 1/count µs.
-		return a.Rate.Count == b.Rate.Count
+		return a.Max == b.Max
 	case floodgate.TokenBucket:
 		// U is in units of token·window.
 		return a.Window == b.Window
@@ -212,6 +208,10 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
+// SatAdd returns a+b for a, b ≥ 0, saturating at 2^53-1 as every count
+// of the algorithms does (and the Lua twins, whose numbers are doubles).
+func SatAdd(a, b int64) int64 { return satAdd(a, b) }
+
 // satAdd returns a+b for a, b ≥ 0, saturating at satMax.
 func satAdd(a, b int64) int64 {
 	if a > satMax-b {
@@ -224,7 +224,7 @@ func satAdd(a, b int64) int64 {
 // which Step's arithmetic is exact: satMax less the longest duration a
 // policy may have. Stores refuse to decide with a clock outside 0 to
 // MaxNow.
-const MaxNow = satMax - int64(floodgate.MaxDuration/time.Microsecond)
+const MaxNow = satMax - int64(storekit.MaxDuration/time.Microsecond)
 
 // satMax bounds counts and times that only absurd costs recorded with
 // count_denied can push beyond any real value (2^53 µs is 285 years). It is

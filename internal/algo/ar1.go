@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // zeroBelow is SPEC.md's threshold: an AR(1) count below it is 0.
@@ -18,7 +19,7 @@ func ar1(p *floodgate.Policy, s *State, now, n int64, peek bool, d *floodgate.De
 	fn := float64(n)
 
 	// Pass 1: the decayed counts and the verdict.
-	var counts [floodgate.MaxLimits]float64
+	var counts [storekit.MaxLimits]float64
 	allowed := true
 	for i := range limits {
 		if live {
@@ -29,7 +30,7 @@ func ar1(p *floodgate.Policy, s *State, now, n int64, peek bool, d *floodgate.De
 			allowed = false
 		}
 	}
-	record := allowed || countsDenied(p)
+	record := allowed || storekit.CountsDenied(p)
 
 	// Pass 2: on the counts after the call.
 	var remaining, reset, retry, bindRem int64

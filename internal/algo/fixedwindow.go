@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/floodgatehq/floodgate"
+import (
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
+)
 
 // fixedWindow: SPEC.md "fixed_window". State: A the window's start (µs),
 // B the count. With align epoch windows start at multiples of the window; with
@@ -19,7 +22,7 @@ func fixedWindow(p *floodgate.Policy, s *State, now, n int64, peek bool, d *floo
 	}
 
 	allowed := n <= max-count
-	record := allowed || countsDenied(p)
+	record := allowed || storekit.CountsDenied(p)
 	after := count
 	if record {
 		after = satAdd(count, n)

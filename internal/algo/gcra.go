@@ -4,6 +4,7 @@ import (
 	"math/bits"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // gcra: SPEC.md "gcra" and rule 7. The emission interval T = period/count
@@ -15,7 +16,7 @@ import (
 // 2155, so only costs recorded with count_denied far beyond the burst get
 // there.
 func gcra(p *floodgate.Policy, s *State, now, n int64, peek bool, d *floodgate.Decision) {
-	count, period, burst := p.Rate.Count, us(p.Rate.Period), p.Burst
+	count, period, burst := p.Max, us(p.Window), p.Burst
 	bq, br := mulDivMod(burst, period, count) // burst·T
 
 	// base = max(tat, now)
@@ -29,7 +30,7 @@ func gcra(p *floodgate.Policy, s *State, now, n int64, peek bool, d *floodgate.D
 
 	// allowed iff new - now ≤ burst·T
 	allowed := lessEq(nq-now, nr, bq, br)
-	record := allowed || countsDenied(p)
+	record := allowed || storekit.CountsDenied(p)
 	if record {
 		tq, tr, live = nq, nr, true
 	}

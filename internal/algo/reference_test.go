@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // refBase is the time origin of generated sequences (µs): 1,699,992,000 s,
@@ -315,7 +316,7 @@ func refSlidingWindow(p *floodgate.Policy, st *refKey, t, n int64) (Result, *ref
 		admits[i] = before[i]+n <= int64(l.Max)
 		allowed = allowed && admits[i]
 	}
-	rec := allowed || p.CountsDenied()
+	rec := allowed || storekit.CountsDenied(p)
 	after := st.clone()
 	if rec {
 		for len(after.sw) < len(L) {
@@ -425,7 +426,7 @@ func refAR1(p *floodgate.Policy, st *refKey, t, n int64) (Result, *refKey, bool)
 		admits[i] = c[i]+float64(n) <= l.Max
 		allowed = allowed && admits[i]
 	}
-	rec := allowed || p.CountsDenied()
+	rec := allowed || storekit.CountsDenied(p)
 	after := st.clone()
 	ca := append([]float64(nil), c...) // counts after the call
 	if rec {
@@ -512,7 +513,7 @@ func refFixedWindow(p *floodgate.Policy, st *refKey, t, n int64) (Result, *refKe
 	w := refUS(p.Window)
 	start, count, _ := refFWWindow(p, st, t)
 	allowed := count+n <= p.Max
-	rec := allowed || p.CountsDenied()
+	rec := allowed || storekit.CountsDenied(p)
 	after := st.clone()
 	if rec {
 		after.fwHas, after.fwStart, after.fwCount = true, start, count+n
@@ -574,7 +575,7 @@ func refTokenBucket(p *floodgate.Policy, st *refKey, t, n int64) (Result, *refKe
 		tokens = refRatInt(B)
 	}
 	allowed := tokens.Cmp(refRatInt(n)) >= 0
-	rec := allowed || p.CountsDenied()
+	rec := allowed || storekit.CountsDenied(p)
 	after := st.clone()
 	tokensA := tokens
 	if rec {
@@ -612,7 +613,7 @@ func refTokenBucket(p *floodgate.Policy, st *refKey, t, n int64) (Result, *refKe
 
 // refLogCounting returns the entries that count at t, oldest first.
 func refLogCounting(p *floodgate.Policy, st *refKey, t int64) []int64 {
-	I := refUS(p.Interval)
+	I := refUS(p.Window)
 	var out []int64
 	for _, e := range st.log {
 		if e > t-I {
@@ -624,12 +625,12 @@ func refLogCounting(p *floodgate.Policy, st *refKey, t int64) []int64 {
 }
 
 func refSlidingLog(p *floodgate.Policy, st *refKey, t, n int64) (Result, *refKey, bool) {
-	I, MI, max := refUS(p.Interval), refUS(p.MinInterval), p.Max
+	I, MI, max := refUS(p.Window), refUS(p.MinInterval), p.Max
 	es := refLogCounting(p, st, t)
 	count := int64(len(es))
 	blocked := MI > 0 && count > 0 && t-es[len(es)-1] < MI
 	allowed := count+n <= max && !blocked
-	rec := allowed || p.CountsDenied()
+	rec := allowed || storekit.CountsDenied(p)
 	after := st.clone()
 	if rec {
 		for i := int64(0); i < n; i++ {
@@ -679,7 +680,7 @@ func refSatTime(t *big.Rat) *big.Rat {
 }
 
 func refGCRA(p *floodgate.Policy, st *refKey, t, n int64) (Result, *refKey, bool) {
-	T := new(big.Rat).SetFrac64(refUS(p.Rate.Period), p.Rate.Count)
+	T := new(big.Rat).SetFrac64(refUS(p.Window), p.Max)
 	B := p.Burst
 	now := refRatInt(t)
 	BT := new(big.Rat).Mul(refRatInt(B), T)
@@ -694,7 +695,7 @@ func refGCRA(p *floodgate.Policy, st *refKey, t, n int64) (Result, *refKey, bool
 	}
 	newTat := refSatTime(new(big.Rat).Add(base, nT))
 	allowed := new(big.Rat).Sub(newTat, now).Cmp(BT) <= 0
-	rec := allowed || p.CountsDenied()
+	rec := allowed || storekit.CountsDenied(p)
 	after := st.clone()
 	var tatA *big.Rat
 	if st.gHas {
@@ -710,7 +711,7 @@ func refGCRA(p *floodgate.Policy, st *refKey, t, n int64) (Result, *refKey, bool
 	}
 	rem := new(big.Rat).Sub(BT, ahead)
 	rem.Quo(rem, T)
-	r := Result{Allowed: allowed, Limit: p.Rate.Count, Remaining: refFloor(rem), ResetAfter: refCeil(ahead)}
+	r := Result{Allowed: allowed, Limit: p.Max, Remaining: refFloor(rem), ResetAfter: refCeil(ahead)}
 	if r.Remaining < 0 {
 		r.Remaining = 0
 	}
@@ -791,10 +792,10 @@ type refGen struct {
 }
 
 // refGenPolicy generates a valid policy of algorithm alg, or of one chosen
-// by c when alg is 0.
+// by c when alg is "".
 func refGenPolicy(c refChooser, alg floodgate.Algorithm) refGen {
-	if alg == 0 {
-		alg = floodgate.Algorithms()[c.intn(6)]
+	if alg == "" {
+		alg = storekit.Algorithms()[c.intn(6)]
 	}
 	unit := refPick[int64](c, 1_000_000, 1, 3, 10, 250, 1000, 7_000_000, 60_000_000)
 	span := func(k int64) int64 { return unit * (1 + c.intn(k)) }
@@ -870,7 +871,7 @@ func refGenPolicy(c refChooser, alg floodgate.Algorithm) refGen {
 	case floodgate.SlidingLog:
 		p.Max = 1 + c.intn(8)
 		I := span(12)
-		p.Interval = refDur(I)
+		p.Window = refDur(I)
 		switch c.intn(4) {
 		case 0:
 			p.MinInterval = refDur(1 + c.intn(I))
@@ -885,12 +886,12 @@ func refGenPolicy(c refChooser, alg floodgate.Algorithm) refGen {
 		if period < count {
 			period = count + c.intn(7)
 		}
-		p.Rate = floodgate.Per(count, refDur(period))
+		p.Max, p.Window = count, refDur(period)
 		p.Burst = 1 + c.intn(6)
 		g.d, g.max = period*p.Burst/count+1, p.Burst
 		g.units = []int64{period, max(1, period/count)}
 	}
-	p.CountDenied = refPick(c, floodgate.Default, floodgate.On, floodgate.Off)
+	p.CountDenied = refPick(c, nil, new(true), new(false))
 	if g.d < 1 {
 		g.d = 1
 	}
@@ -1063,7 +1064,7 @@ func refShrink(p *floodgate.Policy, strict bool, ops []refOp) []refOp {
 // refDescribe replays ops and prints each step's expected and actual result.
 func refDescribe(p *floodgate.Policy, strict bool, ops []refOp) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "policy: %s (count_denied=%v)\n", p.String(), p.CountsDenied())
+	fmt.Fprintf(&b, "policy: %s (count_denied=%v)\n", p.String(), storekit.CountsDenied(p))
 	fmt.Fprintf(&b, "  base = %d µs\n", refBase)
 	rp := newRefPair(p, strict)
 	for _, op := range ops {
@@ -1100,7 +1101,7 @@ func (f *refFailure) String() string {
 // With huge, costs of 2^20 to 2^53-1 are frequent; otherwise rare. With strict,
 // states beyond 2^53 are compared too.
 func refRunSequence(c refChooser, maxOps int, strict, huge bool) (p *floodgate.Policy, ops, skipped int, fail *refFailure) {
-	return refRunSequenceStats(c, 0, maxOps, strict, huge, nil)
+	return refRunSequenceStats(c, "", maxOps, strict, huge, nil)
 }
 
 // refRunSequenceStats is refRunSequence for policies of algorithm alg (any
@@ -1249,8 +1250,8 @@ func refDifferential(t *testing.T, target int, strict, huge bool) {
 	start := time.Now()
 	stats := map[string]int{}
 	total, policies := 0, 0
-	for i, alg := range floodgate.Algorithms() {
-		t.Run(alg.String(), func(t *testing.T) {
+	for i, alg := range storekit.Algorithms() {
+		t.Run(string(alg), func(t *testing.T) {
 			c := refRand{rand.New(rand.NewPCG(seed, uint64(i)))}
 			ops, seqs, skipped, failed := 0, 0, 0, 0
 			for ops < target {

@@ -1,12 +1,15 @@
 package algo
 
-import "github.com/floodgatehq/floodgate"
+import (
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
+)
 
 // slidingLog: SPEC.md "sliding_log" and rule 9. State: one Log of entries
 // (µs, units); an entry counts while t > now - interval. Entries of one µs
 // share one element.
 func slidingLog(p *floodgate.Policy, s *State, now, n int64, peek bool, d *floodgate.Decision) {
-	quota, interval, gap := p.Max, us(p.Interval), us(p.MinInterval)
+	quota, interval, gap := p.Max, us(p.Window), us(p.MinInterval)
 	var lg *Log
 	var none Log
 	if s.Expires != 0 && s.X != nil && len(s.X.Logs) == 1 {
@@ -22,7 +25,7 @@ func slidingLog(p *floodgate.Policy, s *State, now, n int64, peek bool, d *flood
 	}
 
 	allowed := n <= quota-count && !(gap > 0 && hasNewest && now-newest < gap)
-	record := allowed || countsDenied(p)
+	record := allowed || storekit.CountsDenied(p)
 	after := count
 	if record {
 		after = satAdd(count, n)

@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/floodgatehq/floodgate"
+import (
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
+)
 
 // slidingWindow: SPEC.md "sliding_window". State: one Log per limit whose
 // entries are buckets (index k = ⌊t/resolution⌋, cost). Bucket k counts
@@ -10,7 +13,7 @@ func slidingWindow(p *floodgate.Policy, s *State, now, n int64, peek bool, d *fl
 	var logs []Log
 	fresh := s.Expires == 0 || s.X == nil || len(s.X.Logs) != len(limits)
 	if fresh {
-		var none [floodgate.MaxLimits]Log // no state: every count is zero
+		var none [storekit.MaxLimits]Log // no state: every count is zero
 		logs = none[:len(limits)]
 	} else {
 		logs = s.X.Logs
@@ -18,7 +21,7 @@ func slidingWindow(p *floodgate.Policy, s *State, now, n int64, peek bool, d *fl
 
 	// Pass 1: counts and the verdict.
 	allowed := true
-	var counts [floodgate.MaxLimits]int64
+	var counts [storekit.MaxLimits]int64
 	for i := range limits {
 		res, win := us(limits[i].Resolution), us(limits[i].Window)
 		_, counts[i] = logs[i].Live(res, win, now)
@@ -26,7 +29,7 @@ func slidingWindow(p *floodgate.Policy, s *State, now, n int64, peek bool, d *fl
 			allowed = false
 		}
 	}
-	record := allowed || countsDenied(p)
+	record := allowed || storekit.CountsDenied(p)
 
 	// Pass 2: remaining, binding limit, retry and reset on the state after
 	// the call (the add included when it records).

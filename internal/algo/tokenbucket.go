@@ -1,6 +1,9 @@
 package algo
 
-import "github.com/floodgatehq/floodgate"
+import (
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
+)
 
 // tokenBucket: SPEC.md "token_bucket" and rule 6. State: A the creation
 // time, TLast the last refill and B = U, the tokens times the window in µs, so that the
@@ -23,7 +26,7 @@ func tokenBucket(p *floodgate.Policy, s *State, now, n int64, peek bool, d *floo
 	}
 
 	allowed := n <= burst && u >= n*w
-	record := allowed || countsDenied(p)
+	record := allowed || storekit.CountsDenied(p)
 	after := u
 	if record {
 		if n > (u-floor)/w {

@@ -1,4 +1,4 @@
-package algo
+package algo_test
 
 import (
 	"os"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/internal/algo"
 )
 
 // TestConformance replays every public vector, and those of the folder
@@ -33,11 +34,11 @@ func replay(t *testing.T, set string, vectors []floodgatetest.Vector) {
 	for _, v := range vectors {
 		p := v.Policy
 		p.Name = "v"
-		states := map[string]*State{}
+		states := map[string]*algo.State{}
 		for i, s := range v.Steps {
 			st := states[s.Key]
 			if st == nil {
-				st = &State{}
+				st = &algo.State{}
 				states[s.Key] = st
 			}
 			now := floodgatetest.BaseMicros + s.AtMicros
@@ -48,7 +49,7 @@ func replay(t *testing.T, set string, vectors []floodgatetest.Vector) {
 			}
 			before := *st
 			var d floodgate.Decision
-			Step(&p, st, now, s.Cost(), s.Op == "peek", &d)
+			algo.Step(&p, st, now, s.Cost(), s.Op == "peek", &d)
 			if msg := s.Expect.Mismatch(d); msg != "" {
 				mismatches++
 				t.Errorf("%s %s step %d (%s %q n=%d at %d): %s\n  state before: %+v", v.File, v.Name, i, s.Op, s.Key, s.Cost(), s.AtMicros, msg, before)

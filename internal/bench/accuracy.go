@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/internal/algo"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // Accuracy compares what the target admitted with what SPEC.md allows
@@ -112,7 +113,7 @@ type answer struct {
 
 func newLedger(p *floodgate.Policy, cost int64, keys int) *ledger {
 	force := *p
-	force.CountDenied = floodgate.On
+	force.CountDenied = new(true)
 	l := &ledger{policy: p, force: &force, cost: cost, keys: make([]keyLedger, keys)}
 	for i := range l.keys {
 		l.keys[i].late.late = true
@@ -246,7 +247,7 @@ func (l *ledger) drain(tw *twin, inflight []int64, final bool) {
 			}
 			at = max(at, next)
 		}
-		if record && (a.allowed || l.policy.CountsDenied() || disagreed) {
+		if record && (a.allowed || storekit.CountsDenied(l.policy) || disagreed) {
 			var d floodgate.Decision
 			algo.Step(l.force, &tw.st, at, l.cost, false, &d)
 			tw.tlast = max(tw.tlast, at)
@@ -305,13 +306,13 @@ func (l *ledger) accuracy() *Accuracy {
 			continue
 		}
 		a.Keys++
-		bound := Bound(l.policy, l.cost, kl.first, kl.last)
+		bound := algo.Bound(l.policy, l.cost, kl.first, kl.last)
 		// No exact limiter admits more than the bound: an under-admission
 		// that would lift the ideal above it is the twins' misjudgement.
 		under = max(0, min(under, bound-(kl.admitted-over)))
 		a.Admitted += kl.admitted
 		a.Ideal += kl.admitted - over + under
-		a.Bound = addSat(a.Bound, bound)
+		a.Bound = min(a.Bound, math.MaxInt64-bound) + bound // saturating
 		if over > 0 {
 			a.OverAdmitted += over
 			a.OverKeys++

@@ -490,3 +490,16 @@ func checkObject(t *testing.T, data []byte, obj string) {
 		t.Errorf("object %q has fields\n%q\nwant\n%q", obj, keys, schema[obj])
 	}
 }
+
+// base is a start time that is a multiple of every duration of the tests'
+// policies, as the vectors' replay base is.
+const base = 1_699_992_000_000_000
+
+func mustPolicy(t testing.TB, text string) *floodgate.Policy {
+	t.Helper()
+	p, err := floodgate.ParsePolicy("p", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &p
+}

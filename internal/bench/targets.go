@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgatehq/floodgate"
-	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/redisstore"
 )
 
@@ -362,7 +361,7 @@ func FetchService(ctx context.Context, baseURL string) (*Service, error) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the service at %s: %w (is floodgate serve running?)", base, err)
+		return nil, fmt.Errorf("%w at %s: %v (is floodgate serve running?)", ErrUnreachable, base, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -400,94 +399,68 @@ func listOrNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// Rule finds the rule a descriptor of entries matches in domain, as the
-// service does: at each level the exact key_value, else a wildcard that
-// matches it, else the key alone; a rule applies only at the descriptor's
-// last entry. An entry taking the request's key matches by its key (or a
-// wildcard), since its values differ from request to request.
-func (s *Service) Rule(domain string, entries []Entry) (*ServiceRule, error) {
-	var dom *ServiceDomain
-	var names []string
-	for i := range s.Domains {
-		if s.Domains[i].Name == domain {
-			dom = &s.Domains[i]
-		}
-		names = append(names, s.Domains[i].Name)
+// keyPrefix starts every key of a run with the default Config.KeyPrefix:
+// the value an entry taking the request's key stands for when the service
+// is asked which rule the run's descriptors meet.
+const keyPrefix = "bench-"
+
+// ErrUnreachable is wrapped by FetchService and FetchRule when the service
+// does not answer at all (as opposed to answering an error).
+var ErrUnreachable = errors.New("bench: the service cannot be reached")
+
+// FetchRule asks the service at baseURL which rule of domain a descriptor
+// of entries meets (POST /v1/envoy/rule), as its ShouldRateLimit matches
+// it: the service's own matcher, not a prediction of it. An entry taking
+// the request's key is sent with the value every key of the run starts
+// with, so that the rule found is one a wildcard of the run's keys meets.
+func FetchRule(ctx context.Context, baseURL, domain string, entries []Entry) (*ServiceRule, error) {
+	base, err := normalizeURL(baseURL)
+	if err != nil {
+		return nil, err
 	}
-	if dom == nil {
-		return nil, fmt.Errorf("the service has no Envoy domain %q; it has: %s", domain, listOrNone(names))
+	type entry struct {
+		Key   string `json:"key"`
+		Value string `json:"value"`
 	}
-	rules := map[string]*ServiceRule{}
-	nodes := map[string]bool{}
-	var paths []string
-	for i := range dom.Rules {
-		r := &dom.Rules[i]
-		rules[r.Path] = r
-		paths = append(paths, r.Path)
-		for p := r.Path; len(p) > len(domain); {
-			nodes[p] = true
-			j := strings.LastIndexByte(p, '.')
-			if j < len(domain) {
-				break
-			}
-			p = p[:j]
-		}
-	}
-	sort.Strings(paths)
-	hasChildren := func(p string) bool {
-		for n := range nodes {
-			if strings.HasPrefix(n, p+".") {
-				return true
-			}
-		}
-		return false
-	}
-	cur := domain
-	for i, e := range entries {
-		next := ""
-		if !e.FromKey && nodes[cur+"."+e.Key+"_"+e.Value] {
-			next = cur + "." + e.Key + "_" + e.Value
-		}
-		if next == "" {
-			// A wildcard: probe with a value the run's keys share.
-			composite := e.Key + "_" + e.Value
-			if e.FromKey {
-				composite = e.Key + "_bench-"
-			}
-			var wild []string
-			for n := range nodes {
-				if rest, ok := strings.CutPrefix(n, cur+"."); ok && strings.Contains(rest, "*") && !strings.Contains(rest, ".") {
-					wild = append(wild, n)
-				}
-			}
-			sort.Strings(wild)
-			for _, n := range wild {
-				if config.WildcardMatch(n[len(cur)+1:], composite) {
-					next = n
-					break
-				}
-			}
-		}
-		if next == "" && nodes[cur+"."+e.Key] {
-			next = cur + "." + e.Key
-		}
-		if next == "" {
-			break
-		}
-		if i == len(entries)-1 {
-			if r := rules[next]; r != nil {
-				return r, nil
-			}
-			break
-		}
-		if !hasChildren(next) {
-			break
-		}
-		cur = next
-	}
+	body := struct {
+		Domain  string  `json:"domain"`
+		Entries []entry `json:"entries"`
+	}{Domain: domain}
 	var es []string
 	for _, e := range entries {
+		v := e.Value
+		if e.FromKey {
+			v = keyPrefix
+		}
+		body.Entries = append(body.Entries, entry{e.Key, v})
 		es = append(es, e.String())
 	}
-	return nil, fmt.Errorf("no rule of domain %s matches the descriptor %s; its rules: %s", domain, strings.Join(es, ","), listOrNone(paths))
+	data, _ := json.Marshal(body)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/envoy/rule", bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w at %s: %v (is floodgate serve running?)", ErrUnreachable, base, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("no rule of domain %s matches the descriptor %s (GET %s/v1/policies lists the rules)", domain, strings.Join(es, ","), base)
+	default:
+		return nil, fmt.Errorf("POST %s/v1/envoy/rule: HTTP %d: %.200s", base, resp.StatusCode, out)
+	}
+	var r struct {
+		Rule ServiceRule `json:"rule"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return nil, fmt.Errorf("POST %s/v1/envoy/rule: %w", base, err)
+	}
+	return &r.Rule, nil
 }

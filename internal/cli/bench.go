@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/internal/bench"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // benchPolicyName is the policy's name in the keys the redis target writes.
@@ -334,11 +337,10 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		}
 		var policy *floodgate.Policy
 		base := e.serviceURL(f)
-		svc, err := bench.FetchService(e.ctx, base)
-		if err != nil {
-			notes = append(notes, fmt.Sprintf("accuracy unknown: could not read the rule's policy (%v); give --url", err))
+		rule, err := bench.FetchRule(e.ctx, base, f.domain, f.descriptor)
+		if errors.Is(err, bench.ErrUnreachable) {
+			notes = append(notes, fmt.Sprintf("accuracy unknown: could not ask the service which rule applies (%v); give --url", err))
 		} else {
-			rule, err := svc.Rule(f.domain, f.descriptor)
 			if err != nil {
 				return nil, info, nil, nil, e.errorf("bench: %v", err)
 			}
@@ -404,12 +406,12 @@ func (e *environ) benchPolicy(f *benchFlags, set map[string]bool) (*floodgate.Po
 	}
 	alg := f.algorithm
 	if alg == "" {
-		alg = floodgate.FixedWindow.String()
+		alg = string(floodgate.FixedWindow)
 	}
-	if _, err := floodgate.ParseAlgorithm(alg); err != nil {
+	if !slices.Contains(storekit.Algorithms(), floodgate.Algorithm(alg)) {
 		var names []string
-		for _, a := range floodgate.Algorithms() {
-			names = append(names, a.String())
+		for _, a := range storekit.Algorithms() {
+			names = append(names, string(a))
 		}
 		return nil, e.usageErr("--algorithm %q: want one of %s", alg, strings.Join(names, ", "))
 	}

@@ -243,6 +243,22 @@ func TestClientCommands(t *testing.T) {
 		t.Errorf("allow after reset: exit %d, want 0", code)
 	}
 
+	// The seeds' event counts, where the CLI emulates them: --cost 0 peeks
+	// (alice's one request stays one), a negative --cost resets first
+	// (an admin action).
+	if code, out, _ := run(t, env, "allow", "--cost", "0", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
+		t.Errorf("allow --cost 0 (a peek of 1 with one of 2 used): exit %d, %q", code, out)
+	}
+	if code, out, _ := run(t, env, "allow", "--cost", "0", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
+		t.Errorf("allow --cost 0 again (still a peek): exit %d, %q", code, out)
+	}
+	if code, _, errOut := run(t, env, "allow", "--cost", "-1", "two", "alice"); code != 1 || !strings.Contains(errOut, "HTTP 401") {
+		t.Errorf("allow --cost -1 without the admin token: exit %d, %q", code, errOut)
+	}
+	if code, out, _ := run(t, admin, "allow", "--cost", "-1", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=1") {
+		t.Errorf("allow --cost -1 (reset, then a peek of 1): exit %d, %q", code, out)
+	}
+
 	// No service there: a clear message.
 	if code, _, errOut := run(t, map[string]string{cli.EnvURL: "127.0.0.1:1"}, "allow", "two", "alice"); code != 1 || !strings.Contains(errOut, "cannot reach the service at http://127.0.0.1:1") {
 		t.Errorf("allow with no service: exit %d, %q", code, errOut)

@@ -91,12 +91,14 @@ func (e *environ) do(c *clientFlags, method, path string, body any, out any) (in
 
 func (e *environ) decide(cmd string, args []string) int {
 	about := "Asks a running service to decide a request of COST for KEY under POLICY, recording it.\n" +
-		"Prints the decision; the exit status is 0 when allowed, 3 when denied."
+		"Prints the decision; the exit status is 0 when allowed, 3 when denied.\n" +
+		"As the seed systems did, --cost 0 peeks (records nothing), and a negative --cost\n" +
+		"resets KEY first (an admin action: give the admin token), then peeks."
 	if cmd == "peek" {
 		about = "Asks a running service what a request would get, recording nothing.\n" +
 			"Prints the decision; the exit status is 0 when it would pass, 3 when not."
 	}
-	c, fs := e.clientFlags(cmd, "[flags] POLICY KEY", about, false)
+	c, fs := e.clientFlags(cmd, "[flags] POLICY KEY", about, cmd == "allow")
 	cost := fs.Int64("cost", 1, "the request's `cost`")
 	if code := e.parse(fs, args); code >= 0 {
 		return code
@@ -116,8 +118,17 @@ func (e *environ) decide(cmd string, args []string) int {
 			Degraded     bool   `json:"degraded"`
 		} `json:"decisions"`
 	}
-	_, err := e.do(c, http.MethodPost, "/v1/"+map[string]string{"allow": "check", "peek": "peek"}[cmd],
-		map[string]any{"policy": fs.Arg(0), "key": fs.Arg(1), "cost": *cost}, &out)
+	path, n := "/v1/"+map[string]string{"allow": "check", "peek": "peek"}[cmd], *cost
+	if cmd == "allow" && n <= 0 {
+		// The seeds' event counts: 0 peeks, a negative count resets first.
+		if n < 0 {
+			if _, err := e.do(c, http.MethodPost, "/v1/reset", map[string]string{"policy": fs.Arg(0), "key": fs.Arg(1)}, nil); err != nil {
+				return e.errorf("resetting (--cost %d): %v", n, err)
+			}
+		}
+		path, n = "/v1/peek", 1
+	}
+	_, err := e.do(c, http.MethodPost, path, map[string]any{"policy": fs.Arg(0), "key": fs.Arg(1), "cost": n}, &out)
 	if err != nil {
 		return e.errorf("%v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -30,9 +31,10 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/memstore"
-	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
 	"github.com/floodgatehq/floodgate/transport/envoyrls"
 	"github.com/floodgatehq/floodgate/transport/httpapi"
@@ -43,6 +45,8 @@ type serveFlags struct {
 	logFormat, logLevel                                       string
 	watch                                                     time.Duration
 	drain                                                     time.Duration
+	storeWait                                                 time.Duration
+	startDegraded                                             bool
 	dashboard                                                 bool
 }
 
@@ -71,6 +75,8 @@ func (e *environ) serve(args []string) int {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.watch, "watch", 2*time.Second, "how often to look for changed configuration files (0: only on SIGHUP)")
 	fs.DurationVar(&f.drain, "drain", 15*time.Second, "how long SIGTERM waits for requests in flight")
+	fs.DurationVar(&f.storeWait, "store-wait", 10*time.Second, "how long to wait at start for a Redis store that does not answer yet; then exit, unless --start-degraded")
+	fs.BoolVar(&f.startDegraded, "start-degraded", false, "start even if Redis does not answer within --store-wait: unready (/readyz 503), deciding by the failure mode until it does")
 	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the live dashboard at /dashboard on the HTTP listener (--dashboard=false: leave it out)")
 	if code := e.parse(fs, args); code >= 0 {
 		return code
@@ -127,11 +133,18 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 		}
 		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis", redisURL, nil, ""
 	case cluster != "":
-		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis-cluster", "", splitAddrs(cluster), ""
+		addrs := splitAddrs(cluster)
+		if err := checkAddrs(addrs); err != nil {
+			return nil, fmt.Errorf("floodgate: --redis-cluster: %w", err)
+		}
+		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis-cluster", "", addrs, ""
 	case sentinel != "":
 		master, addrs, ok := strings.Cut(sentinel, "@")
 		if !ok || master == "" || addrs == "" {
 			return nil, fmt.Errorf("floodgate: --redis-sentinel %q: want MASTER@host:port,host:port", sentinel)
+		}
+		if err := checkAddrs(splitAddrs(addrs)); err != nil {
+			return nil, fmt.Errorf("floodgate: --redis-sentinel: %w", err)
 		}
 		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis-sentinel", "", splitAddrs(addrs), master
 	}
@@ -148,6 +161,19 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 		cfg.Store.HashKeysSecret = v
 	}
 	return cfg, nil
+}
+
+// checkAddrs reports the first address that is not host:port.
+func checkAddrs(addrs []string) error {
+	if len(addrs) == 0 {
+		return errors.New("no address: want host:port,host:port")
+	}
+	for _, a := range addrs {
+		if err := config.CheckAddr(a, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func splitAddrs(s string) []string {
@@ -175,83 +201,31 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
-// openStore builds the configured store. The returned closer releases it
-// and its client.
-func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (floodgate.Store, func(), error) {
-	s := cfg.Store
-	if s.Type == "memory" {
-		var opts []memstore.Option
-		if s.MaxKeys > 0 {
-			opts = append(opts, memstore.WithMaxKeys(s.MaxKeys))
-		}
-		if cfg.Limits.MaxKeyBytes > 0 {
-			opts = append(opts, memstore.WithMaxKeyLen(cfg.Limits.MaxKeyBytes))
-		}
-		m, err := memstore.New(opts...)
-		if err != nil {
-			return nil, nil, err
-		}
-		return m, func() { m.Close() }, nil
-	}
-	// Store calls are bounded by their context (ContextTimeoutEnabled);
-	// a call that may have run is never retried (MaxRetries -1).
-	timeouts := func(dial, rw *time.Duration) {
-		*dial = max(time.Second, 5*s.Timeout)
-		*rw = max(time.Second, 5*s.Timeout)
-	}
-	var client redis.UniversalClient
-	switch s.Type {
-	case "redis":
-		o, err := redis.ParseURL(s.URL)
-		if err != nil {
-			return nil, nil, fmt.Errorf("store url: %w", err)
-		}
-		o.MaxRetries, o.ContextTimeoutEnabled = -1, true
-		timeouts(&o.DialTimeout, &o.ReadTimeout)
-		o.WriteTimeout = o.ReadTimeout
-		client = redis.NewClient(o)
-	case "redis-cluster":
-		o := &redis.ClusterOptions{Addrs: s.Addrs, Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true}
-		timeouts(&o.DialTimeout, &o.ReadTimeout)
-		o.WriteTimeout = o.ReadTimeout
-		client = redis.NewClusterClient(o)
-	case "redis-sentinel":
-		o := &redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.Addrs, Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true}
-		timeouts(&o.DialTimeout, &o.ReadTimeout)
-		o.WriteTimeout = o.ReadTimeout
-		client = redis.NewFailoverClient(o)
-	default:
-		return nil, nil, fmt.Errorf("store type %q", s.Type)
-	}
-	opts := []redisstore.Option{redisstore.WithMaxKeyLen(cfg.Limits.MaxKeyBytes)}
-	if s.Prefix != "" {
-		opts = append(opts, redisstore.WithPrefix(s.Prefix))
-	}
-	if s.HashKeysSecret != "" {
-		opts = append(opts, redisstore.WithHashedKeys([]byte(s.HashKeysSecret)))
-	}
-	rs, err := redisstore.New(client, opts...)
-	if err != nil {
-		client.Close()
-		return nil, nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := rs.Preload(pctx); err != nil {
-		log.Warn("Redis is not answering yet; decisions follow the failure policy until it does", "error", err)
-	}
-	return rs, func() { rs.Close(); client.Close() }, nil
-}
-
 // run serves until the context ends.
 func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.Logger) int {
-	store, closeStore, err := openStore(e.ctx, cfg, log)
+	redis.SetLogger(&redisLogger{log: log}) // go-redis's own lines, through slog and throttled
+	opened, err := openStore(cfg)
 	if err != nil {
-		return e.errorf("opening the store: %v", err)
+		return e.errorf("opening the store (%s): %v", e.storeOrigin(f, path, cfg), err)
 	}
-	defer closeStore()
+	defer opened.close()
+	store := opened.store
+	if err := probeStore(e.ctx, opened, f.storeWait, log); err != nil {
+		origin := e.storeOrigin(f, path, cfg)
+		switch {
+		case errors.Is(err, errStoreMisconfigured):
+			return e.errorf("%v (%s): fix it and start again", err, origin)
+		case e.ctx.Err() != nil:
+			return 1
+		case !f.startDegraded:
+			return e.errorf("the store (%s) did not answer within %s (--store-wait): %v; --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
+				origin, f.storeWait, err, cfg.Failure.Mode)
+		}
+		log.Warn("starting degraded: the store does not answer; unready, deciding by the failure mode until it does",
+			"store", origin, "mode", cfg.Failure.Mode.String(), "error", err)
+	}
 	var fallback floodgate.Store
-	if cfg.Failure.Mode == "fallback" {
+	if cfg.Failure.Mode == failure.Fallback {
 		m, _ := memstore.New()
 		defer m.Close()
 		fallback = m
@@ -263,6 +237,10 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		return e.errorf("metrics: %v", err)
 	}
 	svc, err := service.New(cfg, service.Options{Store: store, Fallback: fallback, Observer: metrics, Logger: log})
+	if err != nil {
+		return e.errorf("%v", err)
+	}
+	eng, err := rls.New(svc, cfg)
 	if err != nil {
 		return e.errorf("%v", err)
 	}
@@ -279,9 +257,10 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	handler := httpapi.Handler(svc, httpapi.Options{
 		AdminToken: cfg.Admin.Token,
 		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		EnvoyJSON:  envoyrls.JSONHandler(svc, cfg.Limits.MaxBodyBytes),
+		EnvoyJSON:  envoyrls.JSONHandler(eng, cfg.Bounds.MaxBodyBytes),
+		Envoy:      eng,
 		Logger:     log,
-		Gatherer:   reg,
+		Stats:      metrics.Snapshot,
 		Version:    Version(),
 		Dashboard:  f.dashboard,
 	})
@@ -290,7 +269,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(cfg.Limits.MaxBodyBytes))}
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(cfg.Bounds.MaxBodyBytes))}
 	if cfg.Listen.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.Listen.TLSCert, cfg.Listen.TLSKey)
 		if err != nil {
@@ -301,7 +280,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		gopts = append(gopts, grpc.Creds(credentials.NewServerTLSFromCert(&cert)))
 	}
 	grpcSrv := grpc.NewServer(gopts...)
-	envoyrls.Register(grpcSrv, svc)
+	envoyrls.Register(grpcSrv, eng)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
 
@@ -340,7 +319,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	ctx, stop := context.WithCancel(e.ctx)
 	defer stop()
 	go watchHealth(ctx, svc, healthSrv)
-	go e.reloads(ctx, svc, path, f, log)
+	go e.reloads(ctx, svc, eng, path, f, log)
 
 	select {
 	case <-ctx.Done():
@@ -394,7 +373,7 @@ func watchHealth(ctx context.Context, svc *service.Service, h *health.Server) {
 }
 
 // reloads reloads the configuration on SIGHUP and when its files change.
-func (e *environ) reloads(ctx context.Context, svc *service.Service, path string, f serveFlags, log *slog.Logger) {
+func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.Engine, path string, f serveFlags, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -441,12 +420,49 @@ func (e *environ) reloads(ctx context.Context, svc *service.Service, path string
 			svc.ReloadFailed()
 			continue
 		}
-		if err := svc.Reload(cfg); err != nil {
+		table, err := eng.Compile(cfg)
+		if err == nil && storeChanged(svc.Config().Store, cfg.Store) {
+			err = checkNewStore(ctx, cfg, log)
+		}
+		if err == nil {
+			err = svc.Reload(cfg)
+		} else {
+			svc.ReloadFailed()
+		}
+		if err != nil {
 			log.Error("configuration refused; the previous one stays in force", "reason", why, "error", err)
 			continue
 		}
+		eng.Swap(table)
 		log.Info("configuration reloaded", "reason", why, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 	}
+}
+
+// storeChanged reports whether a reload changes the store's settings,
+// which take effect at the next start only.
+func storeChanged(a, b config.Store) bool {
+	return a.Type != b.Type || a.URL != b.URL || !slices.Equal(a.Addrs, b.Addrs) || a.Master != b.Master ||
+		a.Username != b.Username || a.Password != b.Password || a.Prefix != b.Prefix ||
+		a.HashKeysSecret != b.HashKeysSecret || a.MaxKeys != b.MaxKeys
+}
+
+// checkNewStore probes the store settings of a reloaded configuration,
+// which apply at the next start: a configuration whose store no retry can
+// mend (a wrong password, say) is refused now, like an invalid file,
+// rather than found at the next restart; one whose store does not answer
+// yet is applied with a warning.
+func checkNewStore(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	st, err := openStore(cfg)
+	if err != nil {
+		return fmt.Errorf("the new store settings: %w", err)
+	}
+	defer st.close()
+	err = probeStore(ctx, st, 2*time.Second, slog.New(slog.DiscardHandler))
+	if errors.Is(err, errStoreMisconfigured) {
+		return fmt.Errorf("the new store settings: %w", err)
+	}
+	log.Warn("the store settings changed; they take effect at the next start (the store in use stays)", "new_store_answers", err == nil)
+	return nil
 }
 
 // fingerprint is a hash of the configuration files' names and contents:

@@ -7,14 +7,20 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
 )
 
-// Metrics implements service.Observer. Create it with New.
+// Metrics implements service.Observer and failure.Observer. Create it
+// with New.
 type Metrics struct {
 	decisions  *prometheus.CounterVec
 	shadow     *prometheus.CounterVec
@@ -26,7 +32,17 @@ type Metrics struct {
 	lastReload prometheus.Gauge // when the configuration in force was applied
 	lastTry    prometheus.Gauge // when the last reload was tried, applied or not
 	lastOK     prometheus.Gauge // 1 if the last reload was applied, else 0
+	breaker    *prometheus.GaugeVec
 }
+
+// The label names of each vector, in order: Snapshot reads them back.
+var (
+	decisionLabels = []string{"policy", "verdict"}
+	policyLabels   = []string{"policy"}
+	opLabels       = []string{"op"}
+	errorLabels    = []string{"op", "cause"}
+	reloadLabels   = []string{"result"}
+)
 
 // New registers floodgate's metrics on reg and returns their observer. It
 // fails if reg already has metrics of the same names.
@@ -35,32 +51,32 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",
 			Help: "Decisions made, by policy and verdict (allowed or denied). Shadow-mode denials count as denied here and in floodgate_shadow_denials_total.",
-		}, []string{"policy", "verdict"}),
+		}, decisionLabels),
 		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_shadow_denials_total",
 			Help: "Denials of policies in shadow mode, reported but not enforced.",
-		}, []string{"policy"}),
+		}, policyLabels),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_degraded_decisions_total",
 			Help: "Decisions made by the failure policy because the store failed or timed out.",
-		}, []string{"policy"}),
+		}, policyLabels),
 		cacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_over_limit_cache_hits_total",
 			Help: "Denials answered locally because the key's fixed window was already exhausted.",
-		}, []string{"policy"}),
+		}, policyLabels),
 		storeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_store_duration_seconds",
 			Help:    "Latency of store calls, by operation (take, peek, reset).",
 			Buckets: []float64{.000002, .000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
-		}, []string{"op"}),
+		}, opLabels),
 		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_store_errors_total",
-			Help: "Store calls that failed, by operation and cause (timeout, unavailable, other).",
-		}, []string{"op", "cause"}),
+			Help: "Store calls that failed, by operation and cause (timeout, unavailable, breaker_open, other).",
+		}, errorLabels),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_config_reloads_total",
 			Help: "Configuration reloads, by result (applied or rejected).",
-		}, []string{"result"}),
+		}, reloadLabels),
 		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "floodgate_config_last_reload_success_timestamp_seconds",
 			Help: "When the configuration in force was applied, as a Unix time.",
@@ -73,8 +89,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "floodgate_config_last_reload_successful",
 			Help: "Whether the last configuration reload was applied (1) or rejected (0).",
 		}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_store_breaker_open",
+			Help: "Whether the circuit breaker of a store node is open (1): its requests are decided by the failure policy without the store.",
+		}, []string{"node"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads, m.lastReload, m.lastTry, m.lastOK} {
+	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads, m.lastReload, m.lastTry, m.lastOK, m.breaker} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -101,20 +121,43 @@ func (m *Metrics) Decision(policy string, allowed, shadow, degraded bool) {
 	}
 }
 
-// StoreCall times one store call and counts its failure.
-func (m *Metrics) StoreCall(op string, took time.Duration, err error) {
-	m.storeTime.WithLabelValues(op).Observe(took.Seconds())
+// StoreCall times one store call and counts its failure (a call the
+// breaker kept from the store is counted, not timed).
+func (m *Metrics) StoreCall(op, node string, took time.Duration, err error) {
+	if !errors.Is(err, failure.ErrBreakerOpen) {
+		m.storeTime.WithLabelValues(op).Observe(took.Seconds())
+	}
 	if err == nil {
 		return
 	}
 	cause := "other"
 	switch {
+	case errors.Is(err, failure.ErrBreakerOpen):
+		cause = "breaker_open"
 	case errors.Is(err, context.DeadlineExceeded):
 		cause = "timeout"
 	case errors.Is(err, floodgate.ErrUnavailable):
 		cause = "unavailable"
 	}
 	m.storeErrs.WithLabelValues(op, cause).Inc()
+}
+
+// BreakerChanged records a node's breaker opening or closing.
+func (m *Metrics) BreakerChanged(node string, open bool) {
+	v := 0.0
+	if open {
+		v = 1
+	}
+	m.breaker.WithLabelValues(nodeLabel(node)).Set(v)
+}
+
+// nodeLabel is a node's label value: its address, or "store" for a store
+// without nodes.
+func nodeLabel(node string) string {
+	if node == "" {
+		return "store"
+	}
+	return node
 }
 
 // OverLimitCacheHit counts a denial answered locally.
@@ -137,3 +180,160 @@ func (m *Metrics) Reload(ok bool) {
 // unixNow is the time as SetToCurrentTime gives it, read once for gauges
 // that must agree.
 func unixNow() float64 { return float64(time.Now().UnixNano()) / 1e9 }
+
+// Snapshot is what the metrics have counted since the process started, as
+// typed values: what /v1/stats and the dashboard show. Policy names are
+// those the metrics carry (configured names and rule labels); no key.
+type Snapshot struct {
+	Policies   []PolicyCounts // by name
+	StoreCalls []StoreCalls   // by operation: take, peek, reset
+	Reloads    Reloads
+}
+
+// PolicyCounts are one policy's decisions.
+type PolicyCounts struct {
+	Name                           string
+	Allowed, Denied, ShadowDenials int64
+	Degraded, OverLimitCacheHits   int64
+}
+
+// StoreCalls are the store calls of one operation: their latency as a
+// histogram of cumulative buckets (finite upper bounds, seconds,
+// ascending), and their failures by cause.
+type StoreCalls struct {
+	Op         string
+	Count      int64
+	SumSeconds float64
+	Buckets    []Bucket
+	Errors     int64
+	ByCause    map[string]int64
+}
+
+// Bucket is a histogram bucket: Count observations took at most LE
+// seconds.
+type Bucket struct {
+	LE    float64
+	Count int64
+}
+
+// Reloads are the configuration's reloads.
+type Reloads struct {
+	Applied, Rejected int64
+	AppliedAt         time.Time // when the configuration in force was applied
+	LastAt            time.Time // the last attempt, applied or not
+	LastOK            bool      // whether it was applied
+}
+
+// Snapshot reads every counter of m. It is safe to call concurrently with
+// the updates (each value is read atomically; the snapshot as a whole is
+// not one instant).
+func (m *Metrics) Snapshot() Snapshot {
+	var s Snapshot
+	byName := map[string]*PolicyCounts{}
+	policy := func(name string) *PolicyCounts {
+		p, ok := byName[name]
+		if !ok {
+			p = &PolicyCounts{Name: name}
+			byName[name] = p
+		}
+		return p
+	}
+	calls := map[string]*StoreCalls{}
+	op := func(name string) *StoreCalls {
+		c, ok := calls[name]
+		if !ok {
+			c = &StoreCalls{Op: name, ByCause: map[string]int64{}}
+			calls[name] = c
+		}
+		return c
+	}
+	each(m.decisions, decisionLabels, func(l []string, d *dto.Metric) {
+		if l[1] == "allowed" {
+			policy(l[0]).Allowed += int64(d.GetCounter().GetValue())
+		} else {
+			policy(l[0]).Denied += int64(d.GetCounter().GetValue())
+		}
+	})
+	each(m.shadow, policyLabels, func(l []string, d *dto.Metric) { policy(l[0]).ShadowDenials += int64(d.GetCounter().GetValue()) })
+	each(m.degraded, policyLabels, func(l []string, d *dto.Metric) { policy(l[0]).Degraded += int64(d.GetCounter().GetValue()) })
+	each(m.cacheHits, policyLabels, func(l []string, d *dto.Metric) { policy(l[0]).OverLimitCacheHits += int64(d.GetCounter().GetValue()) })
+	each(m.storeTime, opLabels, func(l []string, d *dto.Metric) {
+		c, h := op(l[0]), d.GetHistogram()
+		c.Count, c.SumSeconds = int64(h.GetSampleCount()), h.GetSampleSum()
+		for _, b := range h.GetBucket() {
+			if !math.IsInf(b.GetUpperBound(), +1) {
+				c.Buckets = append(c.Buckets, Bucket{LE: b.GetUpperBound(), Count: int64(b.GetCumulativeCount())})
+			}
+		}
+	})
+	each(m.storeErrs, errorLabels, func(l []string, d *dto.Metric) {
+		c, n := op(l[0]), int64(d.GetCounter().GetValue())
+		c.Errors += n
+		c.ByCause[l[1]] += n
+	})
+	each(m.reloads, reloadLabels, func(l []string, d *dto.Metric) {
+		if l[0] == "applied" {
+			s.Reloads.Applied += int64(d.GetCounter().GetValue())
+		} else {
+			s.Reloads.Rejected += int64(d.GetCounter().GetValue())
+		}
+	})
+	s.Reloads.AppliedAt = unixTime(gauge(m.lastReload))
+	s.Reloads.LastAt = unixTime(gauge(m.lastTry))
+	s.Reloads.LastOK = gauge(m.lastOK) == 1
+	for _, p := range byName {
+		s.Policies = append(s.Policies, *p)
+	}
+	slices.SortFunc(s.Policies, func(a, b PolicyCounts) int { return strings.Compare(a.Name, b.Name) })
+	for _, c := range calls {
+		s.StoreCalls = append(s.StoreCalls, *c)
+	}
+	slices.SortFunc(s.StoreCalls, func(a, b StoreCalls) int { return opRank(a.Op) - opRank(b.Op) })
+	return s
+}
+
+// opRank orders store operations as the documentation lists them.
+func opRank(op string) int {
+	if i := slices.Index([]string{"take", "peek", "reset"}, op); i >= 0 {
+		return i
+	}
+	return 3
+}
+
+// each calls fn with the values of the labels names (those the vector c was
+// made with, in that order) and the value of every series of c.
+func each(c prometheus.Collector, names []string, fn func(labels []string, m *dto.Metric)) {
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	for pm := range ch {
+		var d dto.Metric
+		if pm.Write(&d) != nil {
+			continue
+		}
+		values := make([]string, len(names))
+		for _, l := range d.GetLabel() {
+			if i := slices.Index(names, l.GetName()); i >= 0 {
+				values[i] = l.GetValue()
+			}
+		}
+		fn(values, &d)
+	}
+}
+
+func gauge(g prometheus.Gauge) float64 {
+	var d dto.Metric
+	if g.Write(&d) != nil {
+		return 0
+	}
+	return d.GetGauge().GetValue()
+}
+
+func unixTime(sec float64) time.Time {
+	if sec <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(sec*1e9)).UTC()
+}

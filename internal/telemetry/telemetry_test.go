@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 )
 
@@ -26,10 +28,14 @@ func TestMetrics(t *testing.T) {
 	m.Decision("api", false, true, false) // a shadow denial
 	m.Decision("login", true, false, true)
 	m.OverLimitCacheHit("api")
-	m.StoreCall("take", time.Millisecond, nil)
-	m.StoreCall("take", 50*time.Millisecond, fmt.Errorf("redisstore: %w", context.DeadlineExceeded))
-	m.StoreCall("take", time.Millisecond, fmt.Errorf("redisstore: %w", floodgate.ErrUnavailable))
-	m.StoreCall("reset", time.Millisecond, errors.New("boom"))
+	m.StoreCall("take", "", time.Millisecond, nil)
+	m.StoreCall("take", "", 50*time.Millisecond, fmt.Errorf("redisstore: %w", context.DeadlineExceeded))
+	m.StoreCall("take", "", time.Millisecond, fmt.Errorf("redisstore: %w", floodgate.ErrUnavailable))
+	m.StoreCall("reset", "", time.Millisecond, errors.New("boom"))
+	m.StoreCall("peek", "10.0.0.1:6379", 0, failure.ErrBreakerOpen)
+	m.BreakerChanged("10.0.0.1:6379", true)
+	m.BreakerChanged("", true)
+	m.BreakerChanged("", false)
 	m.Reload(true)
 	m.Reload(false)
 
@@ -48,8 +54,9 @@ floodgate_degraded_decisions_total{policy="login"} 1
 # HELP floodgate_over_limit_cache_hits_total Denials answered locally because the key's fixed window was already exhausted.
 # TYPE floodgate_over_limit_cache_hits_total counter
 floodgate_over_limit_cache_hits_total{policy="api"} 1
-# HELP floodgate_store_errors_total Store calls that failed, by operation and cause (timeout, unavailable, other).
+# HELP floodgate_store_errors_total Store calls that failed, by operation and cause (timeout, unavailable, breaker_open, other).
 # TYPE floodgate_store_errors_total counter
+floodgate_store_errors_total{cause="breaker_open",op="peek"} 1
 floodgate_store_errors_total{cause="other",op="reset"} 1
 floodgate_store_errors_total{cause="timeout",op="take"} 1
 floodgate_store_errors_total{cause="unavailable",op="take"} 1
@@ -57,14 +64,19 @@ floodgate_store_errors_total{cause="unavailable",op="take"} 1
 # TYPE floodgate_config_reloads_total counter
 floodgate_config_reloads_total{result="applied"} 1
 floodgate_config_reloads_total{result="rejected"} 1
+# HELP floodgate_store_breaker_open Whether the circuit breaker of a store node is open (1): its requests are decided by the failure policy without the store.
+# TYPE floodgate_store_breaker_open gauge
+floodgate_store_breaker_open{node="10.0.0.1:6379"} 1
+floodgate_store_breaker_open{node="store"} 0
 `
 	names := []string{"floodgate_decisions_total", "floodgate_shadow_denials_total", "floodgate_degraded_decisions_total",
-		"floodgate_over_limit_cache_hits_total", "floodgate_store_errors_total", "floodgate_config_reloads_total"}
+		"floodgate_over_limit_cache_hits_total", "floodgate_store_errors_total", "floodgate_config_reloads_total",
+		"floodgate_store_breaker_open"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(reg, "floodgate_store_duration_seconds"); n != 2 {
-		t.Errorf("store duration series: %d, want 2 (take, reset)", n)
+		t.Errorf("store duration series: %d, want 2 (take, reset; the breaker's refusal is not timed)", n)
 	}
 
 	// No metric has a label that could hold a key.
@@ -72,7 +84,7 @@ floodgate_config_reloads_total{result="rejected"} 1
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowed := map[string]bool{"policy": true, "verdict": true, "op": true, "cause": true, "result": true}
+	allowed := map[string]bool{"policy": true, "verdict": true, "op": true, "cause": true, "result": true, "node": true}
 	for _, mf := range mfs {
 		for _, metric := range mf.GetMetric() {
 			for _, l := range metric.GetLabel() {
@@ -127,5 +139,41 @@ func TestLastReload(t *testing.T) {
 	m.Reload(true)
 	if gauge(ok) != 1 || gauge(applied) <= start || gauge(tried) <= rejected || gauge(tried) != gauge(applied) {
 		t.Errorf("after an applied reload: successful %v, tried %v, applied %v", gauge(ok), gauge(tried), gauge(applied))
+	}
+}
+
+// TestSnapshot: the typed snapshot holds what the metrics counted.
+func TestSnapshot(t *testing.T) {
+	m, err := telemetry.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Decision("api", true, false, false)
+	m.Decision("api", false, true, true)
+	m.OverLimitCacheHit("web")
+	m.StoreCall("take", "", 3*time.Millisecond, nil)
+	m.StoreCall("take", "", time.Millisecond, fmt.Errorf("x: %w", context.DeadlineExceeded))
+	m.StoreCall("reset", "", time.Millisecond, nil)
+	m.Reload(false)
+	s := m.Snapshot()
+	want := []telemetry.PolicyCounts{
+		{Name: "api", Allowed: 1, Denied: 1, ShadowDenials: 1, Degraded: 1},
+		{Name: "web", OverLimitCacheHits: 1},
+	}
+	if !slices.Equal(s.Policies, want) {
+		t.Errorf("policies %+v, want %+v", s.Policies, want)
+	}
+	if len(s.StoreCalls) != 2 || s.StoreCalls[0].Op != "take" || s.StoreCalls[1].Op != "reset" {
+		t.Fatalf("store calls %+v", s.StoreCalls)
+	}
+	take := s.StoreCalls[0]
+	if take.Count != 2 || take.Errors != 1 || take.ByCause["timeout"] != 1 || take.SumSeconds < 0.0039 || take.SumSeconds > 0.0041 {
+		t.Errorf("take: %+v", take)
+	}
+	if n := len(take.Buckets); n == 0 || take.Buckets[n-1].Count != 2 || take.Buckets[0].LE != .000002 {
+		t.Errorf("take buckets %+v", take.Buckets)
+	}
+	if s.Reloads.Rejected != 1 || s.Reloads.LastOK || s.Reloads.AppliedAt.IsZero() || s.Reloads.LastAt.Before(s.Reloads.AppliedAt) {
+		t.Errorf("reloads %+v", s.Reloads)
 	}
 }

@@ -1,6 +1,6 @@
 // Package envoyrls serves Envoy's rate limit service API
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, from
-// go-control-plane) over a service.Service, and the same request in
+// go-control-plane) over an rls.Engine, and the same request in
 // envoyproxy/ratelimit's JSON form (POST /json). Answers follow
 // envoyproxy/ratelimit's (docs/envoy-ratelimit-semantics.md).
 package envoyrls
@@ -21,18 +21,20 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
 )
 
 // Server implements RateLimitServiceServer.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	svc *service.Service
+	eng *rls.Engine
 }
 
-// Register registers the rate limit service of svc on s.
-func Register(s *grpc.Server, svc *service.Service) *Server {
-	srv := &Server{svc: svc}
+// Register registers the rate limit service of eng on s.
+func Register(s *grpc.Server, eng *rls.Engine) *Server {
+	srv := &Server{eng: eng}
 	rlsv3.RegisterRateLimitServiceServer(s, srv)
 	return srv
 }
@@ -45,7 +47,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	resp, err := s.svc.ShouldRateLimit(ctx, r)
+	resp, err := s.eng.ShouldRateLimit(ctx, r)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -65,44 +67,37 @@ func grpcError(err error) error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// units maps the RLS units to config's names.
-var units = map[rlsv3.RateLimitResponse_RateLimit_Unit]string{
-	rlsv3.RateLimitResponse_RateLimit_SECOND: "second",
-	rlsv3.RateLimitResponse_RateLimit_MINUTE: "minute",
-	rlsv3.RateLimitResponse_RateLimit_HOUR:   "hour",
-	rlsv3.RateLimitResponse_RateLimit_DAY:    "day",
-	rlsv3.RateLimitResponse_RateLimit_WEEK:   "week",
-	rlsv3.RateLimitResponse_RateLimit_MONTH:  "month",
-	rlsv3.RateLimitResponse_RateLimit_YEAR:   "year",
-}
-
-func unitOf(name string) rlsv3.RateLimitResponse_RateLimit_Unit {
-	for u, n := range units {
-		if n == name {
-			return u
-		}
-	}
-	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
-}
+// The units of config are numbered as the proto's, so that converting one
+// is a conversion of the number; this fails to compile if either numbering
+// moved.
+var (
+	_ = [1]int{}[int(rlsv3.RateLimitResponse_RateLimit_SECOND)-int(config.Second)]
+	_ = [1]int{}[int(rlsv3.RateLimitResponse_RateLimit_MINUTE)-int(config.Minute)]
+	_ = [1]int{}[int(rlsv3.RateLimitResponse_RateLimit_HOUR)-int(config.Hour)]
+	_ = [1]int{}[int(rlsv3.RateLimitResponse_RateLimit_DAY)-int(config.Day)]
+	_ = [1]int{}[int(rlsv3.RateLimitResponse_RateLimit_MONTH)-int(config.Month)]
+	_ = [1]int{}[int(rlsv3.RateLimitResponse_RateLimit_YEAR)-int(config.Year)]
+	_ = [1]int{}[int(rlsv3.RateLimitResponse_RateLimit_WEEK)-int(config.Week)]
+)
 
 // FromProto converts an RLS request. It refuses what floodgate does not
 // decide: negative hits.
-func FromProto(req *rlsv3.RateLimitRequest) (service.RLSRequest, error) {
-	out := service.RLSRequest{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
+func FromProto(req *rlsv3.RateLimitRequest) (rls.Request, error) {
+	out := rls.Request{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
 	for i, d := range req.GetDescriptors() {
 		if d.GetIsNegativeHits() {
-			return service.RLSRequest{}, fmt.Errorf("descriptors[%d].is_negative_hits: negative hits are not supported", i)
+			return rls.Request{}, fmt.Errorf("descriptors[%d].is_negative_hits: negative hits are not supported", i)
 		}
-		sd := service.RLSDescriptor{Entries: make([]service.Entry, len(d.GetEntries()))}
+		sd := rls.Descriptor{Entries: make([]rls.Entry, len(d.GetEntries()))}
 		for j, e := range d.GetEntries() {
-			sd.Entries[j] = service.Entry{Key: e.GetKey(), Value: e.GetValue()}
+			sd.Entries[j] = rls.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 		if l := d.GetLimit(); l != nil {
-			u, ok := units[rlsv3.RateLimitResponse_RateLimit_Unit(l.GetUnit())]
-			if !ok {
-				return service.RLSRequest{}, fmt.Errorf("descriptors[%d].limit.unit: %s is not a unit (want SECOND … YEAR)", i, l.GetUnit())
+			u := config.Unit(l.GetUnit())
+			if !u.Valid() {
+				return rls.Request{}, fmt.Errorf("descriptors[%d].limit.unit: %s is not a unit (want SECOND … YEAR)", i, l.GetUnit())
 			}
-			sd.Limit = &service.RLSLimit{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: u}
+			sd.Limit = &rls.Limit{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: u}
 		}
 		if h := d.GetHitsAddend(); h != nil {
 			v := h.GetValue()
@@ -114,12 +109,12 @@ func FromProto(req *rlsv3.RateLimitRequest) (service.RLSRequest, error) {
 }
 
 // ToProto converts an RLS response.
-func ToProto(r service.RLSResponse) *rlsv3.RateLimitResponse {
+func ToProto(r rls.Response) *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{OverallCode: code(r.OverallCode)}
 	for _, st := range r.Statuses {
 		ps := &rlsv3.RateLimitResponse_DescriptorStatus{Code: code(st.Code), LimitRemaining: st.LimitRemaining}
 		if l := st.CurrentLimit; l != nil {
-			ps.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: unitOf(l.Unit)}
+			ps.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)}
 		}
 		if st.HasReset {
 			ps.DurationUntilReset = durationpb.New(st.DurationUntilReset)
@@ -132,11 +127,11 @@ func ToProto(r service.RLSResponse) *rlsv3.RateLimitResponse {
 	return out
 }
 
-func code(c service.Code) rlsv3.RateLimitResponse_Code {
+func code(c rls.Code) rlsv3.RateLimitResponse_Code {
 	switch c {
-	case service.CodeOK:
+	case rls.CodeOK:
 		return rlsv3.RateLimitResponse_OK
-	case service.CodeOverLimit:
+	case rls.CodeOverLimit:
 		return rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	return rlsv3.RateLimitResponse_UNKNOWN
@@ -147,7 +142,7 @@ func code(c service.Code) rlsv3.RateLimitResponse_Code {
 // RateLimitResponse in the same form; 200, or 429 when the overall code is
 // OVER_LIMIT. A malformed or refused request gets 400 with a JSON error
 // naming the problem; a body over maxBody bytes 413.
-func JSONHandler(svc *service.Service, maxBody int64) http.Handler {
+func JSONHandler(eng *rls.Engine, maxBody int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -169,7 +164,7 @@ func JSONHandler(svc *service.Service, maxBody int64) http.Handler {
 			jsonError(w, http.StatusBadRequest, "malformed_request", err.Error())
 			return
 		}
-		resp, err := svc.ShouldRateLimit(r.Context(), req)
+		resp, err := eng.ShouldRateLimit(r.Context(), req)
 		if err != nil {
 			var re *service.RequestError
 			if errors.As(err, &re) {
@@ -186,9 +181,9 @@ func JSONHandler(svc *service.Service, maxBody int64) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		switch resp.OverallCode {
-		case service.CodeOverLimit:
+		case rls.CodeOverLimit:
 			w.WriteHeader(http.StatusTooManyRequests)
-		case service.CodeOK:
+		case rls.CodeOK:
 			w.WriteHeader(http.StatusOK)
 		default:
 			w.WriteHeader(http.StatusInternalServerError)
@@ -200,13 +195,13 @@ func JSONHandler(svc *service.Service, maxBody int64) http.Handler {
 // DecodeJSON reads a RateLimitRequest in protobuf's JSON form (field names
 // in either case style, enums as names or numbers; unknown fields are
 // refused). It is what the fuzz test drives.
-func DecodeJSON(data []byte) (service.RLSRequest, error) {
+func DecodeJSON(data []byte) (rls.Request, error) {
 	if len(strings.TrimSpace(string(data))) == 0 {
-		return service.RLSRequest{}, errors.New("empty body: send a RateLimitRequest in JSON")
+		return rls.Request{}, errors.New("empty body: send a RateLimitRequest in JSON")
 	}
 	var pr rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(data, &pr); err != nil {
-		return service.RLSRequest{}, fmt.Errorf("not a RateLimitRequest: %v", err)
+		return rls.Request{}, fmt.Errorf("not a RateLimitRequest: %v", err)
 	}
 	return FromProto(&pr)
 }

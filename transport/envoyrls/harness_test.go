@@ -34,6 +34,7 @@ import (
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
 	"github.com/floodgatehq/floodgate/transport/envoyrls"
 )
@@ -69,13 +70,17 @@ func newHarness(t testing.TB, sources ...string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	eng, err := rls.New(svc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	envoyrls.Register(gs, svc)
+	envoyrls.Register(gs, eng)
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -85,7 +90,7 @@ func newHarness(t testing.TB, sources ...string) *harness {
 	t.Cleanup(func() { conn.Close() })
 
 	mux := http.NewServeMux()
-	mux.Handle("/json", envoyrls.JSONHandler(svc, 1<<20))
+	mux.Handle("/json", envoyrls.JSONHandler(eng, 1<<20))
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 

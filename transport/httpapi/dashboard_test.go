@@ -90,7 +90,7 @@ func TestDashboard(t *testing.T) {
 }
 
 // TestDashboardOff: without Dashboard the page and its files are not
-// found; /v1/stats stays, as /metrics does. Without a Gatherer neither is
+// found; /v1/stats stays, as /metrics does. Without Stats neither is
 // served.
 func TestDashboardOff(t *testing.T) {
 	api := newStatsAPI(t, false)
@@ -106,7 +106,7 @@ func TestDashboardOff(t *testing.T) {
 	plain := &statsAPI{testAPI: newAPI(t, true)}
 	for _, path := range []string{"/v1/stats", "/dashboard"} {
 		if w := get(t, plain, "GET", path); w.Code != 404 {
-			t.Errorf("GET %s without a Gatherer: %d, want 404", path, w.Code)
+			t.Errorf("GET %s without Stats: %d, want 404", path, w.Code)
 		}
 	}
 }

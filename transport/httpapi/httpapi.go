@@ -4,8 +4,9 @@
 //	POST /v1/peek      the same, recording nothing
 //	POST /v1/reset     forget a key (admin)
 //	GET  /v1/policies  the named policies and Envoy domains
+//	POST /v1/envoy/rule the rule of an Envoy domain a descriptor meets
 //	GET  /v1/keys      a tracked policy's top keys (admin)
-//	GET  /v1/stats     counters and state for the dashboard (when a Gatherer is given)
+//	GET  /v1/stats     counters and state for the dashboard (when Stats is given)
 //	GET  /dashboard    a live dashboard page over /v1/stats (when enabled)
 //	POST /json         envoyproxy/ratelimit's JSON form of the RLS request (when given)
 //	GET  /healthz      the process is up
@@ -33,11 +34,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/floodgatehq/floodgate"
-	"github.com/floodgatehq/floodgate/httplimit"
+	"github.com/floodgatehq/floodgate/internal/telemetry"
+	"github.com/floodgatehq/floodgate/rlheader"
+	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
 // Options configures the API.
@@ -49,16 +51,19 @@ type Options struct {
 	Metrics http.Handler
 	// EnvoyJSON serves /json (envoyrls.JSONHandler); nil leaves it out.
 	EnvoyJSON http.Handler
+	// Envoy is the Envoy engine whose domains /v1/policies lists and
+	// /v1/envoy/rule matches; nil lists none.
+	Envoy *rls.Engine
 	// Logger receives request errors worth an operator's eye; nil means
 	// slog.Default(). Keys are never logged.
 	Logger *slog.Logger
-	// Gatherer is the registry internal/telemetry's metrics are on;
-	// /v1/stats reads them from it. nil leaves /v1/stats out.
-	Gatherer prometheus.Gatherer
+	// Stats returns what the metrics counted, for /v1/stats
+	// (internal/telemetry's Metrics.Snapshot); nil leaves /v1/stats out.
+	Stats func() telemetry.Snapshot
 	// Version is the service's version, as /v1/stats reports it.
 	Version string
 	// Dashboard serves the dashboard page at /dashboard. It reads
-	// /v1/stats, so it is left out without a Gatherer.
+	// /v1/stats, so it is left out without Stats.
 	Dashboard bool
 }
 
@@ -73,8 +78,9 @@ func Handler(svc *service.Service, o Options) http.Handler {
 	mux.HandleFunc("/v1/peek", a.method(http.MethodPost, a.peek))
 	mux.HandleFunc("/v1/reset", a.method(http.MethodPost, a.admin(a.reset)))
 	mux.HandleFunc("/v1/policies", a.method(http.MethodGet, a.policies))
+	mux.HandleFunc("/v1/envoy/rule", a.method(http.MethodPost, a.envoyRule))
 	mux.HandleFunc("/v1/keys", a.method(http.MethodGet, a.admin(a.keys)))
-	if o.Gatherer != nil {
+	if o.Stats != nil {
 		mux.HandleFunc("/v1/stats", a.method(http.MethodGet, a.stats))
 		if o.Dashboard {
 			mux.HandleFunc("/dashboard", a.method(http.MethodGet, a.dashboard))
@@ -215,7 +221,7 @@ func (a *api) decide(w http.ResponseWriter, r *http.Request, peek bool) {
 		e.write(w)
 		return
 	}
-	var res service.Result
+	var res service.Verdict
 	var err error
 	if peek {
 		res, err = a.svc.Peek(r.Context(), items)
@@ -231,12 +237,18 @@ func (a *api) decide(w http.ResponseWriter, r *http.Request, peek bool) {
 		out.Decisions[i] = toJSONDecision(it.Policy, it.Decision)
 	}
 	out.Headers = rateLimitHeaders(res.Items)
-	for k, v := range out.Headers {
-		w.Header().Set(k, v)
-	}
 	status := http.StatusOK
 	if !res.Allowed && !peek {
 		status = http.StatusTooManyRequests
+		if retry, ok := failedClosed(res.Items); ok {
+			// No limit denied it: the store failed and the failure policy
+			// denies. The limiter is unavailable, as the middleware says.
+			status = http.StatusServiceUnavailable
+			out.Headers["Retry-After"] = rlheader.RetryAfterValue(retry)
+		}
+	}
+	for k, v := range out.Headers {
+		w.Header().Set(k, v)
 	}
 	writeJSON(w, status, out)
 }
@@ -245,7 +257,7 @@ func (a *api) readItems(w http.ResponseWriter, r *http.Request) ([]service.Item,
 	if e := checkContentType(r); e != nil {
 		return nil, e
 	}
-	body := http.MaxBytesReader(w, r.Body, a.svc.Config().Limits.MaxBodyBytes)
+	body := http.MaxBytesReader(w, r.Body, a.svc.Config().Bounds.MaxBodyBytes)
 	return decodeCheck(body)
 }
 
@@ -289,7 +301,7 @@ func (a *api) reset(w http.ResponseWriter, r *http.Request) {
 		Policy string `json:"policy"`
 		Key    string `json:"key"`
 	}
-	if e := decodeJSON(http.MaxBytesReader(w, r.Body, a.svc.Config().Limits.MaxBodyBytes), &req); e != nil {
+	if e := decodeJSON(http.MaxBytesReader(w, r.Body, a.svc.Config().Bounds.MaxBodyBytes), &req); e != nil {
 		e.write(w)
 		return
 	}
@@ -313,7 +325,7 @@ func (a *api) policies(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Policies []policyJSON `json:"policies"`
 		Domains  []domainJSON `json:"domains"`
-	}{Policies: []policyJSON{}, Domains: domainsJSON(a.svc)}
+	}{Policies: []policyJSON{}, Domains: domainsJSON(a.o.Envoy)}
 	for _, p := range a.svc.Policies() {
 		out.Policies = append(out.Policies, policyJSON{Name: p.Name, Text: p.String(), Policy: *p})
 	}
@@ -333,9 +345,9 @@ func (a *api) keys(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing_policy", "policy", "name the tracked policy: /v1/keys?policy=NAME")
 		return
 	}
-	by := floodgate.ByRequests
+	by := usage.ByRequests
 	if s := q.Get("sort"); s != "" {
-		o, err := floodgate.ParseUsageOrder(s)
+		o, err := usage.ParseOrder(s)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "invalid_sort", "sort", "want requests, denied or last_seen")
 			return
@@ -513,14 +525,37 @@ func writeError(w http.ResponseWriter, status int, code, field, msg string) {
 	writeJSON(w, status, map[string]body{"error": {Code: code, Message: msg, Field: field}})
 }
 
+// failedClosed reports whether the denials of a Check are all the failure
+// policy's (fail closed: degraded, with no numbers), and the longest wait
+// they ask for.
+func failedClosed(decisions []service.ItemDecision) (time.Duration, bool) {
+	var retry time.Duration
+	closed := false
+	for _, it := range decisions {
+		d := &it.Decision
+		switch {
+		case d.Allowed:
+		case d.Degraded && d.Limit == 0:
+			closed, retry = true, max(retry, d.RetryAfter)
+		default:
+			return 0, false // a limit denied it: a 429
+		}
+	}
+	return retry, closed
+}
+
 // rateLimitHeaders returns the RateLimit, RateLimit-Policy and
 // Retry-After fields of a Check result, as the middleware sets them.
-func rateLimitHeaders(items []service.ItemResult) map[string]string {
+func rateLimitHeaders(decisions []service.ItemDecision) map[string]string {
 	h := http.Header{}
-	httplimit.SetHeaders(h, httplimit.IETF|httplimit.RetryAfter, time.Now(), service.HeaderResults(items))
+	items := make([]rlheader.Item, len(decisions))
+	for i, d := range decisions {
+		items[i] = rlheader.Item{Policy: d.Policy, Decision: d.Decision}
+	}
+	rlheader.Set(h, rlheader.IETF|rlheader.RetryAfter, time.Now(), rlheader.PolicyField(items), items)
 	out := make(map[string]string, len(h))
 	for k, v := range h {
-		out[service.HeaderName(k)] = strings.Join(v, ", ")
+		out[rlheader.Spelling(k)] = strings.Join(v, ", ")
 	}
 	return out
 }
@@ -541,9 +576,12 @@ type ruleJSON struct {
 	Replaces  []string `json:"replaces,omitempty"`
 }
 
-func domainsJSON(svc *service.Service) []domainJSON {
+func domainsJSON(eng *rls.Engine) []domainJSON {
 	out := []domainJSON{}
-	for _, d := range svc.Domains() {
+	if eng == nil {
+		return out
+	}
+	for _, d := range eng.Table().Domains() {
 		dj := domainJSON{Name: d.Name, Rules: []ruleJSON{}}
 		for _, r := range d.Rules {
 			dj.Rules = append(dj.Rules, ruleJSON(r))
@@ -551,4 +589,48 @@ func domainsJSON(svc *service.Service) []domainJSON {
 		out = append(out, dj)
 	}
 	return out
+}
+
+// envoyRule answers POST /v1/envoy/rule: the rule of an Envoy domain that a
+// descriptor meets, as ShouldRateLimit matches it. A client that predicts
+// the service's answers (floodgate bench) asks it instead of walking the
+// rules itself. Body: {"domain": D, "entries": [{"key": K, "value": V}, …]}.
+func (a *api) envoyRule(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Domain  string `json:"domain"`
+		Entries []struct {
+			Key   string `json:"key"`
+			Value string `json:"value"`
+		} `json:"entries"`
+	}
+	if e := checkContentType(r); e != nil {
+		e.write(w)
+		return
+	}
+	if e := decodeJSON(http.MaxBytesReader(w, r.Body, a.svc.Config().Bounds.MaxBodyBytes), &body); e != nil {
+		e.write(w)
+		return
+	}
+	if body.Domain == "" {
+		writeError(w, http.StatusBadRequest, "invalid_request", "domain", "name the Envoy domain")
+		return
+	}
+	if len(body.Entries) == 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request", "entries", "give the descriptor's entries")
+		return
+	}
+	entries := make([]rls.Entry, len(body.Entries))
+	for i, e := range body.Entries {
+		entries[i] = rls.Entry{Key: e.Key, Value: e.Value}
+	}
+	if a.o.Envoy == nil {
+		writeError(w, http.StatusNotFound, "no_rule", "", "the service has no Envoy domains")
+		return
+	}
+	rule, ok := a.o.Envoy.Table().Rule(body.Domain, entries)
+	if !ok {
+		writeError(w, http.StatusNotFound, "no_rule", "entries", fmt.Sprintf("no rule of domain %q matches the descriptor", clip(body.Domain)))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]ruleJSON{"rule": ruleJSON(rule)})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
 )
 
@@ -106,6 +107,7 @@ var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 type testAPI struct {
 	h     http.Handler
 	svc   *service.Service
+	eng   *rls.Engine
 	clock *floodgatetest.ManualClock
 }
 
@@ -133,11 +135,15 @@ func newAPIStore(t *testing.T, store floodgate.Store, clock *floodgatetest.Manua
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Logger: quietLogger()}
+	eng, err := rls.New(svc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Logger: quietLogger(), Envoy: eng}
 	if token {
 		o.AdminToken = testToken
 	}
-	return &testAPI{h: Handler(svc, o), svc: svc, clock: clock}
+	return &testAPI{h: Handler(svc, o), svc: svc, eng: eng, clock: clock}
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -778,6 +784,40 @@ func TestHealth(t *testing.T) {
 		a = api.do(t, call{method: "HEAD", path: path})
 		if a.status != 200 {
 			t.Errorf("HEAD %s: %d", path, a.status)
+		}
+	}
+}
+
+// TestEnvoyRule: POST /v1/envoy/rule answers the rule a descriptor meets,
+// as ShouldRateLimit matches it, and names what is wrong otherwise.
+func TestEnvoyRule(t *testing.T) {
+	api := newAPI(t, false)
+	a := api.post(t, "/v1/envoy/rule", `{"domain":"edge","entries":[{"key":"remote_address","value":"10.0.0.1"}]}`)
+	if a.status != 200 {
+		t.Fatalf("status %d: %s", a.status, a.raw)
+	}
+	rule, _ := a.body["rule"].(map[string]any)
+	if rule["path"] != "edge.remote_address" || rule["text"] != "fixed_window 10/1s count_denied true" {
+		t.Errorf("rule %v", rule)
+	}
+	for _, c := range []struct {
+		body        string
+		status      int
+		code, field string
+	}{
+		{`{"domain":"edge","entries":[{"key":"other","value":"x"}]}`, 404, "no_rule", "entries"},
+		{`{"domain":"nope","entries":[{"key":"remote_address","value":"x"}]}`, 404, "no_rule", "entries"},
+		{`{"entries":[{"key":"remote_address","value":"x"}]}`, 400, "invalid_request", "domain"},
+		{`{"domain":"edge"}`, 400, "invalid_request", "entries"},
+		{`{"domain":"edge","entries":[],"extra":1}`, 400, "unknown_field", "extra"},
+	} {
+		a := api.post(t, "/v1/envoy/rule", c.body)
+		if a.status != c.status {
+			t.Errorf("%s: status %d, want %d: %s", c.body, a.status, c.status, a.raw)
+			continue
+		}
+		if code, field := errorOf(t, a); code != c.code || field != c.field {
+			t.Errorf("%s: error %s at %q, want %s at %q", c.body, code, field, c.code, c.field)
 		}
 	}
 }

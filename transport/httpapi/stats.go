@@ -2,28 +2,11 @@ package httpapi
 
 import (
 	"context"
-	"math"
 	"net/http"
-	"slices"
 	"sort"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-)
-
-// The metric names /v1/stats reads (internal/telemetry registers them;
-// docs/operations.md lists them).
-const (
-	metricDecisions    = "floodgate_decisions_total"
-	metricShadow       = "floodgate_shadow_denials_total"
-	metricDegraded     = "floodgate_degraded_decisions_total"
-	metricCacheHits    = "floodgate_over_limit_cache_hits_total"
-	metricStoreTime    = "floodgate_store_duration_seconds"
-	metricStoreErrors  = "floodgate_store_errors_total"
-	metricReloads      = "floodgate_config_reloads_total"
-	metricApplied      = "floodgate_config_last_reload_success_timestamp_seconds"
-	metricLastReload   = "floodgate_config_last_reload_timestamp_seconds"
-	metricLastReloadOK = "floodgate_config_last_reload_successful"
+	"github.com/floodgatehq/floodgate/rls"
 )
 
 // statsJSON is the body of GET /v1/stats: cumulative counters since the
@@ -96,23 +79,25 @@ type bucketJSON struct {
 }
 
 func (a *api) stats(w http.ResponseWriter, r *http.Request) {
-	mfs, err := a.o.Gatherer.Gather()
-	if err != nil && len(mfs) == 0 {
-		a.log.Error("gathering metrics", "error", err)
-		writeError(w, http.StatusInternalServerError, "internal", "", "internal error")
-		return
-	}
+	snap := a.o.Stats()
 	cfg := a.svc.Config()
 	now := time.Now()
 	out := statsJSON{
 		Time: now.UTC(), Version: a.o.Version, UptimeSeconds: now.Sub(a.started).Seconds(),
 		Store:  storeStateJSON{Type: cfg.Store.Type, Ready: true},
-		Config: configStateJSON{Sources: append([]string{}, cfg.Sources...)},
+		Config: configStateJSON{Sources: append([]string{}, cfg.Sources...), Applied: snap.Reloads.Applied, Rejected: snap.Reloads.Rejected},
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := a.svc.Ready(ctx); err != nil {
 		out.Store.Ready, out.Store.Error = false, err.Error()
+	}
+	out.Config.AppliedAt = timeOrNil(snap.Reloads.AppliedAt)
+	if snap.Reloads.Applied+snap.Reloads.Rejected > 0 && !snap.Reloads.LastAt.IsZero() {
+		out.Config.LastReload = &reloadJSON{At: timeOrNil(snap.Reloads.LastAt), Outcome: "applied"}
+		if !snap.Reloads.LastOK {
+			out.Config.LastReload.Outcome = "rejected"
+		}
 	}
 
 	// The policies in force first (named ones, then Envoy rules' own),
@@ -128,7 +113,7 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	for _, p := range a.svc.Policies() {
 		add(policyStatsJSON{Name: p.Name, Kind: "policy", Text: p.String(), Track: p.Track})
 	}
-	for _, d := range a.svc.Domains() {
+	for _, d := range a.envoyDomains() {
 		for _, rule := range d.Rules {
 			if rule.Policy != "" {
 				add(policyStatsJSON{Name: rule.Policy, Kind: "rule", Text: rule.Text, Shadow: rule.Shadow})
@@ -136,74 +121,11 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	configured := len(order)
-	policy := func(m *dto.Metric) *policyStatsJSON {
-		name := label(m, "policy")
-		if _, ok := byName[name]; !ok {
-			add(policyStatsJSON{Name: name})
-		}
-		return byName[name]
-	}
-	calls := map[string]*storeCallsJSON{}
-	op := func(m *dto.Metric) *storeCallsJSON {
-		name := label(m, "op")
-		if c, ok := calls[name]; ok {
-			return c
-		}
-		c := &storeCallsJSON{Op: name, Buckets: []bucketJSON{}, ByCause: map[string]int64{}}
-		calls[name] = c
-		return c
-	}
-	var lastOK, lastAt *float64
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			switch mf.GetName() {
-			case metricDecisions:
-				p := policy(m)
-				if label(m, "verdict") == "allowed" {
-					p.Allowed += counter(m)
-				} else {
-					p.Denied += counter(m)
-				}
-			case metricShadow:
-				policy(m).ShadowDenials += counter(m)
-			case metricDegraded:
-				policy(m).Degraded += counter(m)
-			case metricCacheHits:
-				policy(m).CacheHits += counter(m)
-			case metricStoreTime:
-				c, h := op(m), m.GetHistogram()
-				c.Count, c.SumSeconds = int64(h.GetSampleCount()), h.GetSampleSum()
-				for _, b := range h.GetBucket() {
-					if !math.IsInf(b.GetUpperBound(), +1) {
-						c.Buckets = append(c.Buckets, bucketJSON{LE: b.GetUpperBound(), Count: int64(b.GetCumulativeCount())})
-					}
-				}
-			case metricStoreErrors:
-				c, n := op(m), counter(m)
-				c.Errors += n
-				c.ByCause[label(m, "cause")] += n
-			case metricReloads:
-				if label(m, "result") == "applied" {
-					out.Config.Applied += counter(m)
-				} else {
-					out.Config.Rejected += counter(m)
-				}
-			case metricApplied:
-				out.Config.AppliedAt = unixTime(m.GetGauge().GetValue())
-			case metricLastReload:
-				v := m.GetGauge().GetValue()
-				lastAt = &v
-			case metricLastReloadOK:
-				v := m.GetGauge().GetValue()
-				lastOK = &v
-			}
-		}
-	}
-	if out.Config.Applied+out.Config.Rejected > 0 && lastOK != nil && lastAt != nil {
-		out.Config.LastReload = &reloadJSON{At: unixTime(*lastAt), Outcome: "applied"}
-		if *lastOK == 0 {
-			out.Config.LastReload.Outcome = "rejected"
-		}
+	for _, c := range snap.Policies {
+		add(policyStatsJSON{Name: c.Name})
+		p := byName[c.Name]
+		p.Allowed, p.Denied, p.ShadowDenials = c.Allowed, c.Denied, c.ShadowDenials
+		p.Degraded, p.CacheHits = c.Degraded, c.OverLimitCacheHits
 	}
 	sort.Strings(order[configured:])
 	out.Policies = make([]policyStatsJSON, len(order))
@@ -211,43 +133,26 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 		out.Policies[i] = *byName[name]
 	}
 	out.StoreCalls = []storeCallsJSON{}
-	for _, c := range calls {
+	for _, c := range snap.StoreCalls {
+		cj := storeCallsJSON{Op: c.Op, Count: c.Count, SumSeconds: c.SumSeconds, Buckets: []bucketJSON{}, Errors: c.Errors, ByCause: c.ByCause}
+		for _, b := range c.Buckets {
+			cj.Buckets = append(cj.Buckets, bucketJSON(b))
+		}
 		if c.Count > 0 {
 			mean := c.SumSeconds / float64(c.Count)
-			c.Mean = &mean
-			c.P50, c.P99 = quantile(0.5, c.Buckets, c.Count), quantile(0.99, c.Buckets, c.Count)
+			cj.Mean = &mean
+			cj.P50, cj.P99 = quantile(0.5, cj.Buckets, c.Count), quantile(0.99, cj.Buckets, c.Count)
 		}
-		out.StoreCalls = append(out.StoreCalls, *c)
+		out.StoreCalls = append(out.StoreCalls, cj)
 	}
-	slices.SortFunc(out.StoreCalls, func(x, y storeCallsJSON) int { return opRank(x.Op) - opRank(y.Op) })
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, out)
 }
 
-// opRank orders store operations as the documentation lists them.
-func opRank(op string) int {
-	if i := slices.Index([]string{"take", "peek", "reset"}, op); i >= 0 {
-		return i
-	}
-	return 3
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-func counter(m *dto.Metric) int64 { return int64(m.GetCounter().GetValue()) }
-
-func unixTime(sec float64) *time.Time {
-	if sec <= 0 {
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
 		return nil
 	}
-	t := time.Unix(0, int64(sec*1e9)).UTC()
 	return &t
 }
 
@@ -274,4 +179,12 @@ func quantile(q float64, buckets []bucketJSON, count int64) *float64 {
 	}
 	v := buckets[len(buckets)-1].LE
 	return &v
+}
+
+// envoyDomains lists the Envoy domains, none without an engine.
+func (a *api) envoyDomains() []rls.DomainInfo {
+	if a.o.Envoy == nil {
+		return nil
+	}
+	return a.o.Envoy.Table().Domains()
 }

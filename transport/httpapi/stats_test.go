@@ -18,6 +18,7 @@ import (
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
 )
 
@@ -72,8 +73,12 @@ func newStatsAPI(t *testing.T, dashboard bool) *statsAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := Handler(svc, Options{Logger: quietLogger(), AdminToken: testToken, Gatherer: reg, Version: "v9.9.9-test", Dashboard: dashboard})
-	return &statsAPI{testAPI: &testAPI{h: h, svc: svc, clock: clock}, metrics: m}
+	eng, err := rls.New(svc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := Handler(svc, Options{Logger: quietLogger(), AdminToken: testToken, Stats: m.Snapshot, Version: "v9.9.9-test", Dashboard: dashboard, Envoy: eng})
+	return &statsAPI{testAPI: &testAPI{h: h, svc: svc, eng: eng, clock: clock}, metrics: m}
 }
 
 // The shape of /v1/stats, decoded strictly: a renamed or missing field
@@ -186,8 +191,8 @@ func TestStats(t *testing.T) {
 		api.post(t, "/v1/check", `{"policy":"uploads","key":"`+k+`","cost":5}`)
 	}
 	for range 2 {
-		rls := service.RLSRequest{Domain: "quiet", Descriptors: []service.RLSDescriptor{{Entries: []service.Entry{{Key: "user", Value: "sk-carol"}}}}}
-		if _, err := api.svc.ShouldRateLimit(context.Background(), rls); err != nil {
+		req := rls.Request{Domain: "quiet", Descriptors: []rls.Descriptor{{Entries: []rls.Entry{{Key: "user", Value: "sk-carol"}}}}}
+		if _, err := api.eng.ShouldRateLimit(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -289,7 +294,7 @@ func TestStatsStoreDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := &statsAPI{testAPI: &testAPI{h: Handler(svc, Options{Logger: quietLogger(), Gatherer: reg})}}
+	api := &statsAPI{testAPI: &testAPI{h: Handler(svc, Options{Logger: quietLogger(), Stats: m.Snapshot})}}
 	s, _ := api.stats(t)
 	if s.Store.Ready || !strings.Contains(s.Store.Error, "connection refused") {
 		t.Errorf("store state with a failing store: %+v", s.Store)

@@ -1,4 +1,4 @@
-package httplimit
+package failure
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package floodgate_test
+package usage_test
 
 import (
 	"fmt"
@@ -7,45 +7,45 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
-// TestUsageTop: the top n of random usages equal the first n of all of
+// TestTop: the top n of random usages equal the first n of all of
 // them sorted, for every order.
-func TestCheckUsageQuery(t *testing.T) {
+func TestCheckQuery(t *testing.T) {
 	for _, c := range []struct {
-		by    floodgate.UsageOrder
+		by    usage.Order
 		limit int
 		want  string // "" for no error
 	}{
-		{floodgate.ByRequests, 1, ""},
-		{floodgate.ByLastSeen, 100, ""},
+		{usage.ByRequests, 1, ""},
+		{usage.ByLastSeen, 100, ""},
 		{0, 10, "TopKeys: sort order 0: must be ByRequests, ByDenied or ByLastSeen"},
-		{floodgate.ByLastSeen + 1, 10, "TopKeys: sort order 4: must be ByRequests, ByDenied or ByLastSeen"},
-		{floodgate.ByDenied, 0, "TopKeys: limit 0: must be ≥ 1"},
-		{floodgate.ByDenied, -3, "TopKeys: limit -3: must be ≥ 1"},
+		{usage.ByLastSeen + 1, 10, "TopKeys: sort order 4: must be ByRequests, ByDenied or ByLastSeen"},
+		{usage.ByDenied, 0, "TopKeys: limit 0: must be ≥ 1"},
+		{usage.ByDenied, -3, "TopKeys: limit -3: must be ≥ 1"},
 	} {
-		err := floodgate.CheckUsageQuery(c.by, c.limit)
+		err := usage.CheckQuery(c.by, c.limit)
 		if got := fmt.Sprint(err); c.want == "" && err != nil || c.want != "" && got != c.want {
-			t.Errorf("CheckUsageQuery(%d, %d) = %v, want %q", c.by, c.limit, err, c.want)
+			t.Errorf("CheckQuery(%d, %d) = %v, want %q", c.by, c.limit, err, c.want)
 		}
 	}
 }
 
-func TestUsageTop(t *testing.T) {
+func TestTop(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	var all []floodgate.KeyUsage
+	var all []usage.Record
 	for i := 0; i < 500; i++ {
-		all = append(all, floodgate.KeyUsage{
+		all = append(all, usage.Record{
 			Key:      fmt.Sprintf("k%03d", rng.IntN(300)),
 			LastSeen: time.UnixMicro(rng.Int64N(50)),
 			Requests: rng.Int64N(20),
 			Denied:   rng.Int64N(5),
 		})
 	}
-	for _, by := range []floodgate.UsageOrder{floodgate.ByRequests, floodgate.ByDenied, floodgate.ByLastSeen} {
+	for _, by := range []usage.Order{usage.ByRequests, usage.ByDenied, usage.ByLastSeen} {
 		want := slices.Clone(all)
-		slices.SortStableFunc(want, func(a, b floodgate.KeyUsage) int {
+		slices.SortStableFunc(want, func(a, b usage.Record) int {
 			switch {
 			case by.Less(&a, &b):
 				return -1
@@ -55,7 +55,7 @@ func TestUsageTop(t *testing.T) {
 			return 0
 		})
 		for _, n := range []int{1, 7, 500, 600} {
-			top := floodgate.NewUsageTop(by, n)
+			top := usage.NewTop(by, n)
 			for _, u := range all {
 				top.Add(u)
 			}

@@ -1,4 +1,4 @@
-package service_test
+package rls_test
 
 // Envoy domain files (X11 of docs/envoy-ratelimit-semantics.md §8: what
 // envoyproxy/ratelimit refuses, and what it loads) and ShouldRateLimit
@@ -14,6 +14,7 @@ import (
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
 )
 
@@ -77,7 +78,7 @@ func TestEnvoyConfigErrors(t *testing.T) {
 }
 
 // harness is a service on a memory store at the spec's clock.
-func newService(t *testing.T, files ...string) (*service.Service, *floodgatetest.ManualClock) {
+func newService(t *testing.T, files ...string) (*rls.Engine, *floodgatetest.ManualClock) {
 	t.Helper()
 	cfg, err := parse(files...)
 	if err != nil {
@@ -93,22 +94,26 @@ func newService(t *testing.T, files ...string) (*service.Service, *floodgatetest
 	if err != nil {
 		t.Fatal(err)
 	}
-	return svc, clock
+	eng, err := rls.New(svc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng, clock
 }
 
-func rls(t *testing.T, svc *service.Service, domain string, ds ...service.RLSDescriptor) service.RLSResponse {
+func ask(t *testing.T, svc *rls.Engine, domain string, ds ...rls.Descriptor) rls.Response {
 	t.Helper()
-	resp, err := svc.ShouldRateLimit(context.Background(), service.RLSRequest{Domain: domain, Descriptors: ds})
+	resp, err := svc.ShouldRateLimit(context.Background(), rls.Request{Domain: domain, Descriptors: ds})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return resp
 }
 
-func d(kv ...string) service.RLSDescriptor {
-	var out service.RLSDescriptor
+func d(kv ...string) rls.Descriptor {
+	var out rls.Descriptor
 	for i := 0; i+1 < len(kv); i += 2 {
-		out.Entries = append(out.Entries, service.Entry{Key: kv[i], Value: kv[i+1]})
+		out.Entries = append(out.Entries, rls.Entry{Key: kv[i], Value: kv[i+1]})
 	}
 	return out
 }
@@ -116,17 +121,17 @@ func d(kv ...string) service.RLSDescriptor {
 // summary is a status in the spec's notation: OK(r) or OVER, "none" for
 // no limit, "unlimited", and "shadow" for OK with a limit and nothing
 // remaining.
-func summary(s service.RLSStatus) string {
+func summary(s rls.Status) string {
 	switch {
-	case s.CurrentLimit == nil && s.Code == service.CodeOK && s.LimitRemaining == 0 && !s.HasReset:
+	case s.CurrentLimit == nil && s.Code == rls.CodeOK && s.LimitRemaining == 0 && !s.HasReset:
 		return "none"
-	case s.CurrentLimit == nil && s.Code == service.CodeOK && s.LimitRemaining == 4294967295 && !s.HasReset:
+	case s.CurrentLimit == nil && s.Code == rls.CodeOK && s.LimitRemaining == 4294967295 && !s.HasReset:
 		return "unlimited"
 	case s.CurrentLimit == nil || !s.HasReset:
 		return "malformed"
-	case s.Code == service.CodeOverLimit && s.LimitRemaining == 0:
+	case s.Code == rls.CodeOverLimit && s.LimitRemaining == 0:
 		return "OVER"
-	case s.Code == service.CodeOK:
+	case s.Code == rls.CodeOK:
 		return "OK(" + itoa(s.LimitRemaining) + ")"
 	}
 	return "malformed"
@@ -143,7 +148,7 @@ func itoa(n uint32) string {
 	return string(b)
 }
 
-func summaries(r service.RLSResponse) string {
+func summaries(r rls.Response) string {
 	var parts []string
 	for _, s := range r.Statuses {
 		parts = append(parts, summary(s))
@@ -183,24 +188,24 @@ descriptors:
         rate_limit: {unit: week, requests_per_unit: 3}
 `)
 	steps := []struct {
-		descs []service.RLSDescriptor
+		descs []rls.Descriptor
 		want  string
 	}{
-		{[]service.RLSDescriptor{d("shadow_true", "a"), d("shadow_yes", "a"), d("shadow_no", "a")}, "OK(0) OK(0) OK(0)"},
-		{[]service.RLSDescriptor{d("shadow_true", "a"), d("shadow_yes", "a"), d("shadow_no", "a")}, "OK(0) OK(0) OVER"},
-		{[]service.RLSDescriptor{d("unlimited", "a"), d("number", "10"), d("number", "1")}, "unlimited OK(1) none"},
-		{[]service.RLSDescriptor{d("placeholder", "p"), d("placeholder", "p", "child", "c")}, "none OK(2)"},
+		{[]rls.Descriptor{d("shadow_true", "a"), d("shadow_yes", "a"), d("shadow_no", "a")}, "OK(0) OK(0) OK(0)"},
+		{[]rls.Descriptor{d("shadow_true", "a"), d("shadow_yes", "a"), d("shadow_no", "a")}, "OK(0) OK(0) OVER"},
+		{[]rls.Descriptor{d("unlimited", "a"), d("number", "10"), d("number", "1")}, "unlimited OK(1) none"},
+		{[]rls.Descriptor{d("placeholder", "p"), d("placeholder", "p", "child", "c")}, "none OK(2)"},
 	}
 	for i, s := range steps {
-		resp := rls(t, svc, "ok", s.descs...)
+		resp := ask(t, svc, "ok", s.descs...)
 		if got := summaries(resp); got != s.want {
 			t.Errorf("step %d: %s, want %s", i, got, s.want)
 		}
 	}
 	// The shadow statuses of step 1 carry their limit and are OK: the
 	// first shadow one was over (1 per second, second hit).
-	resp := rls(t, svc, "ok", d("shadow_true", "a"))
-	if s := resp.Statuses[0]; s.Code != service.CodeOK || s.CurrentLimit.RequestsPerUnit != 1 || s.CurrentLimit.Unit != "second" || resp.OverallCode != service.CodeOK {
+	resp := ask(t, svc, "ok", d("shadow_true", "a"))
+	if s := resp.Statuses[0]; s.Code != rls.CodeOK || s.CurrentLimit.RequestsPerUnit != 1 || s.CurrentLimit.Unit != config.Second || resp.OverallCode != rls.CodeOK {
 		t.Errorf("shadow: %+v overall %v", s, resp.OverallCode)
 	}
 }
@@ -211,7 +216,7 @@ func TestMergeDomains(t *testing.T) {
 	svc, _ := newService(t, "envoy: {merge_domains: true}\n",
 		"domain: m\ndescriptors:\n  - key: a\n    value: x*\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
 		"domain: m\ndescriptors:\n  - key: a\n    value: xy*\n    rate_limit: {unit: minute, requests_per_unit: 5}\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")
-	if got := summaries(rls(t, svc, "m", d("a", "xyz"), d("b", "1"), d("a", "x"))); got != "OK(0) OK(1) OK(0)" {
+	if got := summaries(ask(t, svc, "m", d("a", "xyz"), d("b", "1"), d("a", "x"))); got != "OK(0) OK(1) OK(0)" {
 		t.Errorf("merged: %s, want OK(0) OK(1) OK(0)", got)
 	}
 }
@@ -222,18 +227,18 @@ func TestShouldRateLimitErrors(t *testing.T) {
 		"domain: e\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
 	cases := []struct {
 		name  string
-		req   service.RLSRequest
+		req   rls.Request
 		code  string
 		field string
 	}{
-		{"empty domain", service.RLSRequest{Descriptors: []service.RLSDescriptor{d("a", "1")}}, "invalid_request", "domain"},
-		{"no descriptors", service.RLSRequest{Domain: "e"}, "invalid_request", "descriptors"},
-		{"too many descriptors", service.RLSRequest{Domain: "e", Descriptors: []service.RLSDescriptor{d("a", "1"), d("a", "2"), d("a", "3")}}, "too_many_items", "descriptors"},
-		{"bad override unit", service.RLSRequest{Domain: "e", Descriptors: []service.RLSDescriptor{
-			{Entries: d("a", "1").Entries, Limit: &service.RLSLimit{RequestsPerUnit: 1, Unit: "fortnight"}}}}, "invalid_descriptor", "descriptors[0].limit.unit"},
-		{"empty override unit", service.RLSRequest{Domain: "e", Descriptors: []service.RLSDescriptor{
-			d("a", "1"), {Entries: d("a", "1").Entries, Limit: &service.RLSLimit{RequestsPerUnit: 1}}}}, "invalid_descriptor", "descriptors[1].limit.unit"},
-		{"oversized descriptor", service.RLSRequest{Domain: "e", Descriptors: []service.RLSDescriptor{d("a", strings.Repeat("v", 20))}}, "invalid_descriptor", "descriptors[0]"},
+		{"empty domain", rls.Request{Descriptors: []rls.Descriptor{d("a", "1")}}, "invalid_request", "domain"},
+		{"no descriptors", rls.Request{Domain: "e"}, "invalid_request", "descriptors"},
+		{"too many descriptors", rls.Request{Domain: "e", Descriptors: []rls.Descriptor{d("a", "1"), d("a", "2"), d("a", "3")}}, "too_many_items", "descriptors"},
+		{"bad override unit", rls.Request{Domain: "e", Descriptors: []rls.Descriptor{
+			{Entries: d("a", "1").Entries, Limit: &rls.Limit{RequestsPerUnit: 1, Unit: 99}}}}, "invalid_descriptor", "descriptors[0].limit.unit"},
+		{"empty override unit", rls.Request{Domain: "e", Descriptors: []rls.Descriptor{
+			d("a", "1"), {Entries: d("a", "1").Entries, Limit: &rls.Limit{RequestsPerUnit: 1}}}}, "invalid_descriptor", "descriptors[1].limit.unit"},
+		{"oversized descriptor", rls.Request{Domain: "e", Descriptors: []rls.Descriptor{d("a", strings.Repeat("v", 20))}}, "invalid_descriptor", "descriptors[0]"},
 	}
 	for _, c := range cases {
 		_, err := svc.ShouldRateLimit(context.Background(), c.req)
@@ -243,7 +248,7 @@ func TestShouldRateLimitErrors(t *testing.T) {
 		}
 	}
 	// Nothing was counted by the refused requests.
-	if got := summaries(rls(t, svc, "e", d("a", "1"))); got != "OK(0)" {
+	if got := summaries(ask(t, svc, "e", d("a", "1"))); got != "OK(0)" {
 		t.Errorf("after the errors: %s, want OK(0)", got)
 	}
 }
@@ -254,23 +259,23 @@ func TestShouldRateLimitErrors(t *testing.T) {
 func TestHitsAddendZero(t *testing.T) {
 	svc, clock := newService(t, "domain: h\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: z\n    rate_limit: {unit: minute, requests_per_unit: 0}\n")
 	zero, one, two := uint64(0), uint64(1), uint64(2)
-	check := service.RLSDescriptor{Entries: d("a", "1").Entries, HitsAddend: &zero}
-	hit := func(n *uint64) service.RLSDescriptor {
-		return service.RLSDescriptor{Entries: d("a", "1").Entries, HitsAddend: n}
+	check := rls.Descriptor{Entries: d("a", "1").Entries, HitsAddend: &zero}
+	hit := func(n *uint64) rls.Descriptor {
+		return rls.Descriptor{Entries: d("a", "1").Entries, HitsAddend: n}
 	}
 	steps := []struct {
-		descs []service.RLSDescriptor
+		descs []rls.Descriptor
 		want  string
 	}{
-		{[]service.RLSDescriptor{check}, "OK(3)"},
-		{[]service.RLSDescriptor{hit(&one), check}, "OK(2) OK(2)"},
-		{[]service.RLSDescriptor{hit(&two), check, check}, "OK(0) OK(0) OK(0)"},
-		{[]service.RLSDescriptor{hit(&one), check}, "OVER OVER"},
-		{[]service.RLSDescriptor{{Entries: d("z", "1").Entries, HitsAddend: &zero}}, "OK(0)"},
-		{[]service.RLSDescriptor{d("z", "1")}, "OVER"},
+		{[]rls.Descriptor{check}, "OK(3)"},
+		{[]rls.Descriptor{hit(&one), check}, "OK(2) OK(2)"},
+		{[]rls.Descriptor{hit(&two), check, check}, "OK(0) OK(0) OK(0)"},
+		{[]rls.Descriptor{hit(&one), check}, "OVER OVER"},
+		{[]rls.Descriptor{{Entries: d("z", "1").Entries, HitsAddend: &zero}}, "OK(0)"},
+		{[]rls.Descriptor{d("z", "1")}, "OVER"},
 	}
 	for i, s := range steps {
-		resp := rls(t, svc, "h", s.descs...)
+		resp := ask(t, svc, "h", s.descs...)
 		if got := summaries(resp); got != s.want {
 			t.Errorf("step %d: %s, want %s", i, got, s.want)
 		}
@@ -279,7 +284,7 @@ func TestHitsAddendZero(t *testing.T) {
 		}
 	}
 	clock.Advance(time.Minute)
-	if got := summaries(rls(t, svc, "h", check)); got != "OK(3)" {
+	if got := summaries(ask(t, svc, "h", check)); got != "OK(3)" {
 		t.Errorf("next window: %s, want OK(3)", got)
 	}
 }

@@ -1,7 +1,18 @@
-package httplimit
+// Package rlheader writes the rate limit header fields of a response from
+// floodgate decisions: the IETF draft's RateLimit-Policy and RateLimit
+// (draft-ietf-httpapi-ratelimit-headers-10), the widely deployed
+// X-RateLimit-Limit, -Remaining and -Reset, and Retry-After. The net/http
+// middleware (httplimit), the service's HTTP API and its Envoy answers all
+// write them through it, so every transport answers alike.
+//
+// Every value is a valid Structured Field (RFC 9651), and seconds are
+// rounded up: a client that waits Retry-After (or t) seconds is not refused
+// again by the policy that refused it.
+//
+// Every exported function of this package is safe for concurrent use.
+package rlheader
 
 import (
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,16 +21,15 @@ import (
 	"github.com/floodgatehq/floodgate"
 )
 
-// Headers selects the rate limit header fields a response carries. Values
-// combine with |. The zero value means DefaultHeaders; NoHeaders alone
-// selects none.
-type Headers uint8
+// Fields selects the rate limit header fields a response carries. Values
+// combine with |. The zero value means Default; None alone selects none.
+type Fields uint8
 
 const (
 	// IETF selects the fields of draft-ietf-httpapi-ratelimit-headers-10:
 	// RateLimit-Policy (every policy of the route) and RateLimit (the
 	// binding one).
-	IETF Headers = 1 << iota
+	IETF Fields = 1 << iota
 
 	// XRateLimit selects the widely deployed X-RateLimit-Limit,
 	// X-RateLimit-Remaining and X-RateLimit-Reset of the binding policy,
@@ -34,60 +44,61 @@ const (
 	// (never on a denial that waiting cannot cure, see floodgate.Never).
 	RetryAfter
 
-	// NoHeaders selects no header at all. It cannot be combined with the
-	// others.
-	NoHeaders
+	// None selects no field at all. It cannot be combined with the others.
+	None
 )
 
-// DefaultHeaders is what the zero Headers selects: the IETF fields and
+// Default is what the zero Fields selects: the IETF fields and
 // Retry-After.
-const DefaultHeaders = IETF | RetryAfter
+const Default = IETF | RetryAfter
 
-// allHeaders is every bit that has a meaning.
-const allHeaders = IETF | XRateLimit | XRateLimitResetUnix | RetryAfter | NoHeaders
+// all is every bit that has a meaning.
+const all = IETF | XRateLimit | XRateLimitResetUnix | RetryAfter | None
 
-// orDefault returns h, or DefaultHeaders when h is zero, and an empty set
-// for NoHeaders.
-func (h Headers) orDefault() Headers {
-	switch h {
+// Resolve returns f, or Default when f is zero, and the empty set for
+// None: the fields a response gets.
+func (f Fields) Resolve() Fields {
+	switch f {
 	case 0:
-		return DefaultHeaders
-	case NoHeaders:
+		return Default
+	case None:
 		return 0
 	}
-	return h
+	return f
 }
 
-// check returns what is wrong with h as a configuration value, or "".
-func (h Headers) check() string {
+// Check returns what is wrong with f as a configuration value ("only IETF,
+// …"), or "" when f is usable.
+func (f Fields) Check() string {
 	switch {
-	case h&^allHeaders != 0:
-		return "only IETF, XRateLimit, XRateLimitResetUnix, RetryAfter and NoHeaders"
-	case h&NoHeaders != 0 && h != NoHeaders:
-		return "NoHeaders alone, or a combination of the others"
-	case h&XRateLimitResetUnix != 0 && h&XRateLimit == 0:
+	case f&^all != 0:
+		return "only IETF, XRateLimit, XRateLimitResetUnix, RetryAfter and None"
+	case f&None != 0 && f != None:
+		return "None alone, or a combination of the others"
+	case f&XRateLimitResetUnix != 0 && f&XRateLimit == 0:
 		return "XRateLimitResetUnix together with XRateLimit"
 	}
 	return ""
 }
 
 // String returns the set as "IETF|RetryAfter".
-func (h Headers) String() string {
+func (f Fields) String() string {
+	h := f
 	if h == 0 {
 		return "0"
 	}
 	var parts []string
-	for _, f := range []struct {
-		bit  Headers
+	for _, b := range []struct {
+		bit  Fields
 		name string
-	}{{IETF, "IETF"}, {XRateLimit, "XRateLimit"}, {XRateLimitResetUnix, "XRateLimitResetUnix"}, {RetryAfter, "RetryAfter"}, {NoHeaders, "NoHeaders"}} {
-		if h&f.bit != 0 {
-			parts = append(parts, f.name)
-			h &^= f.bit
+	}{{IETF, "IETF"}, {XRateLimit, "XRateLimit"}, {XRateLimitResetUnix, "XRateLimitResetUnix"}, {RetryAfter, "RetryAfter"}, {None, "None"}} {
+		if h&b.bit != 0 {
+			parts = append(parts, b.name)
+			h &^= b.bit
 		}
 	}
 	if h != 0 {
-		parts = append(parts, "Headers(0x"+strconv.FormatUint(uint64(h), 16)+")")
+		parts = append(parts, "Fields(0x"+strconv.FormatUint(uint64(h), 16)+")")
 	}
 	return strings.Join(parts, "|")
 }
@@ -102,6 +113,26 @@ const (
 	headerXReset          = "X-Ratelimit-Reset"
 	headerRetryAfter      = "Retry-After"
 )
+
+// Spelling returns the spelling of a field's name that its specification
+// uses, for transports other than net/http: "RateLimit-Policy" for Go's
+// canonical "Ratelimit-Policy" (names are case-insensitive; people read
+// them). Other names are returned as they are.
+func Spelling(canonical string) string {
+	switch canonical {
+	case headerRateLimit:
+		return "RateLimit"
+	case headerRateLimitPolicy:
+		return "RateLimit-Policy"
+	case headerXLimit:
+		return "X-RateLimit-Limit"
+	case headerXRemaining:
+		return "X-RateLimit-Remaining"
+	case headerXReset:
+		return "X-RateLimit-Reset"
+	}
+	return canonical
+}
 
 // maxSFInteger is the largest Integer a Structured Field may carry (RFC
 // 9651, section 3.3.1): fifteen nines. Larger counts are reported as it.
@@ -125,17 +156,8 @@ type PolicyItem struct {
 // policy with one limit gives one item named after the policy; a
 // sliding_window or ar1 policy with several limits gives one item per
 // limit, named "<policy>/<i>" with i its index in p.Limits (0, 1, …),
-// the name ItemName returns.
-//
-// The quota q and window w of each algorithm are:
-//
-//	sliding_window  q = the limit's max              w = its window
-//	ar1             q = the limit's max, rounded down w = its resolution
-//	fixed_window    q = max                          w = window
-//	token_bucket    q = limit (Policy.Max)           w = window
-//	sliding_log     q = max                          w = interval
-//	gcra            q = the rate's count             w = the rate's period
-//
+// the name ItemName returns. q and w are the limit's quota and window as
+// Policy.Quota reports them (an ar1 limit's window is its resolution).
 // Windows are rounded up to whole seconds (a 250ms window is w=1), and
 // quotas above 999,999,999,999,999, the largest Structured Field Integer,
 // are reported as that number. An invalid policy gives nil.
@@ -143,28 +165,13 @@ func PolicyItems(p *floodgate.Policy) []PolicyItem {
 	if p == nil {
 		return nil
 	}
-	one := func(q int64, w time.Duration) []PolicyItem {
-		return []PolicyItem{{Name: p.Name, Quota: clampInt(q), Window: windowSeconds(w)}}
+	n := max(1, len(p.Limits))
+	items := make([]PolicyItem, n)
+	for i := range items {
+		q, w := p.Quota(i)
+		items[i] = PolicyItem{Name: ItemName(p, i), Quota: clampInt(q), Window: windowSeconds(w)}
 	}
-	switch p.Algorithm {
-	case floodgate.SlidingWindow, floodgate.AR1:
-		items := make([]PolicyItem, len(p.Limits))
-		for i, l := range p.Limits {
-			w := l.Window
-			if p.Algorithm == floodgate.AR1 {
-				w = l.Resolution
-			}
-			items[i] = PolicyItem{Name: ItemName(p, i), Quota: floatQuota(l.Max), Window: windowSeconds(w)}
-		}
-		return items
-	case floodgate.FixedWindow, floodgate.TokenBucket:
-		return one(p.Max, p.Window)
-	case floodgate.SlidingLog:
-		return one(p.Max, p.Interval)
-	case floodgate.GCRA:
-		return one(p.Rate.Count, p.Rate.Period)
-	}
-	return nil
+	return items
 }
 
 // ItemName returns the name of the RateLimit-Policy and RateLimit items
@@ -251,29 +258,58 @@ func resetSeconds(d floodgate.Decision) (int64, bool) {
 	return ceilSeconds(d.RetryAfter), true
 }
 
-// Binding returns the index in results of the binding result, the one a
+// Item is what one policy decided for a response.
+type Item struct {
+	// Policy is the policy that decided; it names the item and gives its
+	// RateLimit-Policy entry. It must not be modified. Other deciders
+	// (such as a custom Redis script) leave it nil and set Name.
+	Policy *floodgate.Policy
+
+	// Name names the item when Policy is nil, in RateLimit.
+	Name string
+
+	// Decision is the decision.
+	Decision floodgate.Decision
+
+	// Unknown says the item carries no numbers worth reporting (its key
+	// could not be found, or its store failed and nothing else decided):
+	// it is listed in RateLimit-Policy but never reported in RateLimit or
+	// the X-RateLimit fields. A Degraded decision with Limit 0, as a
+	// failure policy that fails open or closed makes it (package failure),
+	// is unknown too: a limiter that did not decide must not claim a
+	// remaining quota, nor a wait its quota does not impose.
+	Unknown bool
+}
+
+// known reports whether the item's numbers describe a real decision.
+func (it *Item) known() bool {
+	d := &it.Decision
+	return !it.Unknown && !(d.Degraded && d.Limit == 0)
+}
+
+// Binding returns the index in items of the binding item, the one a
 // response reports in RateLimit, X-RateLimit-* and Retry-After, or -1 when
-// no result carries numbers (see Result.Known):
+// no item carries numbers (see Item.Unknown):
 //
-//   - if any known result is denied, the denied one with the longest
+//   - if any known item is denied, the denied one with the longest
 //     RetryAfter (floodgate.Never is the longest): the client must wait
 //     that long before every denying policy admits the request;
 //   - else the one with the least Remaining, the policy closest to
 //     denying.
 //
-// Ties go to the first in results (route order).
-func Binding(results []Result) int {
+// Ties go to the first in items (route order).
+func Binding(items []Item) int {
 	best := -1
-	for i := range results {
-		r := &results[i]
-		if !r.Known() {
+	for i := range items {
+		r := &items[i]
+		if !r.known() {
 			continue
 		}
 		if best < 0 {
 			best = i
 			continue
 		}
-		b := &results[best]
+		b := &items[best]
 		switch {
 		case !r.Decision.Allowed && b.Decision.Allowed:
 			best = i
@@ -290,66 +326,81 @@ func Binding(results []Result) int {
 	return best
 }
 
-// SetHeaders sets on h the header fields selected by sel (the zero value
-// selects DefaultHeaders) for the results of one request, and returns the
-// index of the binding result (see Binding), or -1.
+// PolicyField returns the value of the RateLimit-Policy field of items:
+// the entries (PolicyItems) of the policy of every item that has one, in
+// order, each policy once; "" when there are none. A middleware whose
+// policies are fixed computes it once and passes it to Set.
+func PolicyField(items []Item) string {
+	var b []byte
+	for i := range items {
+		p := items[i].Policy
+		if p == nil || seenPolicy(items[:i], p) {
+			continue
+		}
+		for _, it := range PolicyItems(p) {
+			if len(b) > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendPolicyItem(b, it)
+		}
+	}
+	return string(b)
+}
+
+// Set sets on h the fields selected by sel (the zero value selects
+// Default) for the items of one response, and returns the index of the
+// binding item (see Binding), or -1.
 //
-//   - RateLimit-Policy lists the items (PolicyItems) of the policy of
-//     every result that has one, in order, each policy once.
-//   - RateLimit carries the binding result's item (FormatRateLimit),
-//     named ItemName(policy, Decision.Binding) or, for results without a
-//     policy, Result.Name. For a sliding window of several limits, t is
-//     at most the binding limit's window: its quota is whole again by
-//     then, even while a longer limit still holds state.
+//   - RateLimit-Policy is policy, the value of PolicyField(items) (or of
+//     the route's whole set of policies); "" leaves the field out.
+//   - RateLimit carries the binding item's entry (FormatRateLimit), named
+//     ItemName(policy, Decision.Binding) or, for an item without a
+//     policy, Item.Name. For a sliding window of several limits, t is at
+//     most the binding limit's window: its quota is whole again by then,
+//     even while a longer limit still holds state.
 //   - X-RateLimit-Limit, -Remaining and -Reset carry the binding
-//     decision's Limit, Remaining and the t of its RateLimit item (its
+//     decision's Limit, Remaining and the t of its RateLimit entry (its
 //     ResetAfter when waiting cannot help), as seconds from now or, with
 //     XRateLimitResetUnix, as the Unix time now plus those seconds.
-//   - Retry-After is set when the binding result is denied and waiting
-//     can help: its RetryAfter in seconds, rounded up, so that a client
-//     that waits exactly that long is not refused again by that policy.
+//   - Retry-After is set when the binding item is denied and waiting can
+//     help: its RetryAfter in seconds, rounded up, so that a client that
+//     waits exactly that long is not refused again by that policy.
 //
 // Fields not selected, or without a value, are left as they are. now is
-// only read for XRateLimitResetUnix. Every value is a valid Structured
-// Field List (RFC 9651). The rate limit service uses SetHeaders to answer
-// exactly as the middleware does.
-func SetHeaders(h http.Header, sel Headers, now time.Time, results []Result) int {
-	sel = sel.orDefault()
-	var policy string
-	if sel&IETF != 0 {
-		var b []byte
-		for i := range results {
-			p := results[i].Policy
-			if p == nil || seenPolicy(results[:i], p) {
-				continue
-			}
-			for _, it := range PolicyItems(p) {
-				if len(b) > 0 {
-					b = append(b, ", "...)
-				}
-				b = appendPolicyItem(b, it)
-			}
-		}
-		policy = string(b)
+// only read for XRateLimitResetUnix.
+func Set(h http.Header, sel Fields, now time.Time, policy string, items []Item) int {
+	sel = sel.Resolve()
+	if sel&IETF == 0 {
+		policy = ""
 	}
-	bi := Binding(results)
-	setFields(h, sel, now, policy, results, bi)
+	bi := Binding(items)
+	if sel != 0 {
+		setFields(h, sel, now, policy, items, bi)
+	}
 	return bi
 }
 
-func seenPolicy(results []Result, p *floodgate.Policy) bool {
-	for i := range results {
-		if results[i].Policy == p {
+func seenPolicy(items []Item, p *floodgate.Policy) bool {
+	for i := range items {
+		if items[i].Policy == p {
 			return true
 		}
 	}
 	return false
 }
 
+// itemName is the item's RateLimit entry name.
+func (it *Item) itemName() string {
+	if it.Policy != nil {
+		return ItemName(it.Policy, int(it.Decision.Binding))
+	}
+	return it.Name
+}
+
 // setFields sets the fields selected by sel (not zero): RateLimit-Policy
-// to policy unless it is empty, and the others for the binding result bi
+// to policy unless it is empty, and the others for the binding item bi
 // (none when bi < 0). The values of all fields share one allocation.
-func setFields(h http.Header, sel Headers, now time.Time, policy string, results []Result, bi int) {
+func setFields(h http.Header, sel Fields, now time.Time, policy string, items []Item, bi int) {
 	var names, values [6]string
 	n := 0
 	add := func(name, value string) {
@@ -360,7 +411,7 @@ func setFields(h http.Header, sel Headers, now time.Time, policy string, results
 		add(headerRateLimitPolicy, policy)
 	}
 	if bi >= 0 {
-		r := &results[bi]
+		r := &items[bi]
 		d := itemDecision(r.Policy, r.Decision)
 		if sel&IETF != 0 {
 			var buf [96]byte
@@ -395,6 +446,12 @@ func setFields(h http.Header, sel Headers, now time.Time, policy string, results
 	}
 }
 
+// RetryAfterValue formats d as a Retry-After value: whole seconds, rounded
+// up, at least 1.
+func RetryAfterValue(d time.Duration) string {
+	return strconv.FormatInt(max(ceilSeconds(d), 1), 10)
+}
+
 // ceilSeconds rounds d up to whole seconds; 0 for d ≤ 0.
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
@@ -409,18 +466,6 @@ func ceilSeconds(d time.Duration) int64 {
 
 // windowSeconds is a w parameter: d rounded up to seconds, at least 1.
 func windowSeconds(d time.Duration) int64 { return clampInt(max(ceilSeconds(d), 1)) }
-
-// floatQuota is an AR(1) or sliding window max as a q: rounded down,
-// within 0 to the largest Structured Field Integer.
-func floatQuota(m float64) int64 {
-	switch {
-	case !(m >= 0): // NaN too
-		return 0
-	case m >= maxSFInteger:
-		return maxSFInteger
-	}
-	return int64(math.Floor(m))
-}
 
 // clampInt bounds n to the Integers a Structured Field holds, 0 and up.
 func clampInt(n int64) int64 { return min(max(n, 0), maxSFInteger) }

@@ -1,9 +1,8 @@
-package bench
+package algo
 
 import (
 	"math"
 	"math/bits"
-	"time"
 
 	"github.com/floodgatehq/floodgate"
 )
@@ -11,10 +10,13 @@ import (
 // Bound returns the most cost SPEC.md lets an exact limiter admit to one
 // key under p, starting from no state, through requests of cost each
 // decided from first to last (µs since the Unix epoch, both included),
-// whatever their number and order. It is what the ideal comes to when
-// demand exceeds the limit throughout; the package documentation gives
-// the formula of each algorithm. count_denied can only lower what passes,
-// so the bound ignores it. The result is a multiple of cost.
+// whatever their number and order: the bound concurrency tests and
+// floodgate bench hold stores to (floodgatetest.MaxAdmitted). It is what
+// the twin admits when demand exceeds the limit throughout, for every
+// algorithm but ar1, whose bound is only a bound (docs/algorithms.md,
+// "What a limiter may admit", gives the formulas). count_denied can only
+// lower what passes, so the bound ignores it. The result is a multiple of
+// cost.
 func Bound(p *floodgate.Policy, cost, first, last int64) int64 {
 	if cost < 1 {
 		return 0
@@ -37,7 +39,7 @@ func Bound(p *floodgate.Policy, cost, first, last int64) int64 {
 			n = min(n, slidingWindowBound(int64(l.Max)/cost, us(l.Window), us(l.Resolution), first, last))
 		}
 	case floodgate.SlidingLog:
-		n = slidingLogBound(p.Max/cost, us(p.Interval), us(p.MinInterval), span)
+		n = slidingLogBound(p.Max/cost, us(p.Window), us(p.MinInterval), span)
 	case floodgate.TokenBucket:
 		if cost > p.Burst {
 			return 0
@@ -48,7 +50,7 @@ func Bound(p *floodgate.Policy, cost, first, last int64) int64 {
 		rest := span % w
 		n = addSat(mulSat(full, span/w), (p.Burst*w+refill*rest)/(cost*w))
 	case floodgate.GCRA:
-		n = gcraBound(p.Rate.Count, us(p.Rate.Period), p.Burst, cost, span)
+		n = gcraBound(p.Max, us(p.Window), p.Burst, cost, span)
 	case floodgate.AR1:
 		best := math.Inf(1)
 		for _, l := range p.Limits {
@@ -108,17 +110,6 @@ func gcraBound(count, period, burst, cost, span int64) int64 {
 	}
 	q, _ := bits.Div64(hi, lo, d)
 	return int64(min(q, uint64(floodgate.MaxCost)))
-}
-
-func us(d time.Duration) int64 { return int64(d / time.Microsecond) }
-
-// floorDiv returns ⌊a/b⌋ for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }
 
 // mulSat returns a·b for a, b ≥ 0, saturating at MaxInt64.

@@ -1,4 +1,4 @@
-package httplimit
+package failure
 
 import (
 	"context"
@@ -75,4 +75,4 @@ func (c *deadlineCtx) release() {
 }
 
 // String names the context for debugging.
-func (c *deadlineCtx) String() string { return "httplimit.deadlineCtx" }
+func (c *deadlineCtx) String() string { return "failure.deadlineCtx" }

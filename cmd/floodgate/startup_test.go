@@ -1,0 +1,170 @@
+package main_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate/internal/redistest"
+)
+
+// exitOf runs the binary until it exits (at most limit) and returns its
+// status, its stderr and how long it ran; a run that outlasts limit is
+// killed and fails the test.
+func exitOf(t *testing.T, env []string, limit time.Duration, args ...string) (int, string, time.Duration) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		took := time.Since(start)
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return 0, stderr.String(), took
+		case errors.As(err, &ee):
+			return ee.ExitCode(), stderr.String(), took
+		}
+		t.Fatal(err)
+	case <-time.After(limit):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("floodgate %s still running after %v:\n%s", strings.Join(args, " "), limit, stderr.String())
+	}
+	return 0, "", 0
+}
+
+// TestStoreMisconfiguration: a store configuration no retry can mend makes
+// serve exit non-zero at start, within 5 s, with a message naming where the
+// setting came from (flag, environment variable or configuration field)
+// and what is wrong; a store that does not answer yet is waited for until
+// --store-wait, then serve exits, unless --start-degraded starts it
+// unready, deciding by the failure mode.
+func TestStoreMisconfiguration(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, redistest.WithUser("floodgate", "right-password"))
+	if _, err := srv.Do(t, "ACL", "SETUSER", "clockonly", "on", ">clock-pw", "~*", "+time", "+ping", "+hello", "+auth", "+client", "+info"); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(srv.Addr)
+	good := fmt.Sprintf("redis://floodgate:right-password@%s", srv.Addr)
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := free.Addr().String()
+	free.Close()
+	cfgWithURL := func(url string) string {
+		return writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore: {url: \""+url+"\"}\n")
+	}
+	listen := []string{"--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--watch", "0"}
+	for _, c := range []struct {
+		name  string
+		env   []string
+		args  []string
+		wants []string // in stderr
+	}{
+		{"wrong password", nil, []string{"--redis", fmt.Sprintf("redis://floodgate:wrong@%s", srv.Addr)},
+			[]string{"--redis", "WRONGPASS", "misconfigured"}},
+		{"unknown user", nil, []string{"--redis", fmt.Sprintf("redis://nobody:right-password@%s", srv.Addr)},
+			[]string{"--redis", "WRONGPASS"}},
+		{"database out of range", nil, []string{"--redis", good + "/99"},
+			[]string{"--redis", "DB index"}},
+		{"an ACL without scripts", nil, []string{"--redis", fmt.Sprintf("redis://clockonly:clock-pw@%s", srv.Addr)},
+			[]string{"--redis", "NOPERM"}},
+		{"port out of range", nil, []string{"--redis", "redis://" + host + ":99999"},
+			[]string{"--redis", "port 99999", "1 to 65535"}},
+		{"cluster seed without a port", nil, []string{"--redis-cluster", "foo"},
+			[]string{"--redis-cluster", `"foo"`, "host:port"}},
+		{"sentinel without a port", nil, []string{"--redis-sentinel", "mymaster@foo"},
+			[]string{"--redis-sentinel", `"foo"`}},
+		{"from the environment", []string{"FLOODGATE_REDIS_URL=redis://floodgate:wrong@" + srv.Addr}, nil,
+			[]string{"FLOODGATE_REDIS_URL", "WRONGPASS"}},
+		{"from the configuration", nil, []string{"--config", cfgWithURL("redis://floodgate:wrong@" + srv.Addr)},
+			[]string{"store.url of ", "WRONGPASS"}},
+		{"a port in the configuration", nil, []string{"--config", cfgWithURL("redis://" + host + ":99999")},
+			[]string{"store.url", "port 99999"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, stderr, took := exitOf(t, cleanEnv(c.env...), 30*time.Second, append(append([]string{"serve"}, listen...), c.args...)...)
+			if code == 0 {
+				t.Fatalf("exit status 0:\n%s", stderr)
+			}
+			// Within 5 s: no waiting for a server whose answer will not change.
+			if took > 5*time.Second {
+				t.Errorf("exited after %v, want within 5s", took)
+			}
+			for _, w := range c.wants {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			if strings.Contains(stderr, "right-password") || strings.Contains(stderr, "wrong@") || strings.Contains(stderr, ":wrong") {
+				t.Errorf("stderr shows a password:\n%s", stderr)
+			}
+		})
+	}
+	_ = port
+
+	t.Run("not answering: waits --store-wait, then exits", func(t *testing.T) {
+		code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--redis", "redis://"+refused, "--store-wait", "1500ms")...)
+		if code == 0 || took < 1500*time.Millisecond {
+			t.Fatalf("exit %d after %v; want non-zero after --store-wait 1.5s:\n%s", code, took, stderr)
+		}
+		for _, w := range []string{"did not answer within 1.5s (--store-wait)", "--start-degraded", "connection refused"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, stderr)
+			}
+		}
+	})
+	t.Run("not answering, --start-degraded: serves unready", func(t *testing.T) {
+		began := time.Now()
+		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...),
+			"--redis", "redis://"+refused, "--store-wait", "500ms", "--start-degraded", "--log-format", "json")...)
+		if code, _ := get(t, s.http, "/readyz"); code != http.StatusServiceUnavailable {
+			t.Errorf("/readyz %d, want 503", code)
+		}
+		for range 200 {
+			resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
+			if err != nil || resp.StatusCode != http.StatusOK || len(r.Decisions) != 1 || !r.Decisions[0].Degraded {
+				t.Fatalf("check with the store down, failing open: %v %+v", err, r)
+			}
+		}
+		s.stop()
+		ran := time.Since(began)
+		// Every line is JSON, go-redis's own included, and those come at
+		// most one a second.
+		redisLines := 0
+		for _, line := range strings.Split(strings.TrimSpace(s.logs.String()), "\n") {
+			var v map[string]any
+			if err := json.Unmarshal([]byte(line), &v); err != nil {
+				t.Errorf("a log line that is not JSON: %q", line)
+				continue
+			}
+			if v["msg"] == "redis client" {
+				redisLines++
+			}
+		}
+		if redisLines == 0 || redisLines > int(ran/time.Second)+1 {
+			t.Errorf("%d lines of the Redis client in %v; want some, at most one a second", redisLines, ran)
+		}
+		if !strings.Contains(s.logs.String(), "starting degraded") {
+			t.Errorf("the log does not say it starts degraded:\n%s", s.logs)
+		}
+	})
+}

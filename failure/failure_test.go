@@ -1,0 +1,260 @@
+package failure_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/storekit"
+)
+
+var epoch = time.Unix(1_700_000_000, 0)
+
+// shardedStore is a memory store whose keys live on two "nodes" by their
+// first letter ("a…" on node A, the rest on node B); a node can be made
+// to fail. It is a storekit.Router and a storekit.BatchStore.
+type shardedStore struct {
+	*memstore.Store
+	down  sync.Map // node -> bool
+	calls atomic.Int64
+}
+
+func (s *shardedStore) Node(p *floodgate.Policy, key string) string {
+	if strings.HasPrefix(key, "a") {
+		return "A"
+	}
+	return "B"
+}
+
+func (s *shardedStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	s.calls.Add(1)
+	if v, _ := s.down.Load(s.Node(req.Policy, req.Key)); v == true {
+		return floodgate.Decision{}, fmt.Errorf("%w: node down", floodgate.ErrUnavailable)
+	}
+	return s.Store.Take(ctx, req)
+}
+
+func (s *shardedStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	for i := range reqs {
+		d, err := s.Take(ctx, reqs[i])
+		out[i] = storekit.Outcome{Decision: d, Err: err}
+	}
+}
+
+func newSharded(t *testing.T, clock storekit.Clock) *shardedStore {
+	t.Helper()
+	m, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return &shardedStore{Store: m}
+}
+
+var policy = floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 1000, Window: time.Hour}
+
+func take(t *testing.T, s floodgate.Store, key string) floodgate.Decision {
+	t.Helper()
+	d, err := s.Take(context.Background(), floodgate.Request{Policy: &policy, Key: key, N: 1})
+	if err != nil {
+		t.Fatalf("Take(%s): %v", key, err)
+	}
+	return d
+}
+
+// TestBreakerPerNode: node A failing opens A's breaker only; keys of node
+// B are still decided by the store, never degraded.
+func TestBreakerPerNode(t *testing.T) {
+	clock := floodgatetest.NewManualClock(epoch)
+	inner := newSharded(t, clock)
+	s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Closed, Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Second}},
+		failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner.down.Store("A", true)
+	for i := range 3 {
+		if d := take(t, s, "a1"); !d.Degraded || d.Allowed {
+			t.Fatalf("node A down, call %d: %+v", i, d)
+		}
+	}
+	before := inner.calls.Load()
+	for i := range 10 {
+		if d := take(t, s, "a1"); !d.Degraded {
+			t.Fatalf("node A, breaker open, call %d: %+v", i, d)
+		}
+		if d := take(t, s, "b1"); d.Degraded || !d.Allowed {
+			t.Fatalf("node B while A's breaker is open, call %d: %+v", i, d)
+		}
+	}
+	if got := inner.calls.Load() - before; got != 10 {
+		t.Errorf("%d calls reached the store, want the 10 of node B", got)
+	}
+	// A batch mixing both nodes: B decided, A degraded without a call.
+	reqs := []floodgate.Request{{Policy: &policy, Key: "a2", N: 1}, {Policy: &policy, Key: "b2", N: 1}}
+	out := make([]storekit.Outcome, 2)
+	before = inner.calls.Load()
+	s.TakeBatch(context.Background(), reqs, out)
+	if !out[0].Decision.Degraded || out[1].Decision.Degraded || !out[1].Decision.Allowed || inner.calls.Load()-before != 1 {
+		t.Errorf("batch: %+v; %d calls", out, inner.calls.Load()-before)
+	}
+	var open []string
+	for _, b := range s.Guard().Breakers() {
+		if b.Open {
+			open = append(open, b.Node)
+		}
+	}
+	if len(open) != 1 || open[0] != "A" {
+		t.Errorf("open breakers %v, want [A]", open)
+	}
+}
+
+// TestBreakerProbe: after OpenFor a single probe goes through; others wait
+// for its outcome; success closes, failure reopens.
+func TestBreakerProbe(t *testing.T) {
+	clock := floodgatetest.NewManualClock(epoch)
+	inner := newSharded(t, clock)
+	s, _ := failure.Wrap(inner, failure.Policy{Breaker: failure.Breaker{MinCalls: 1, FailureRatio: 1, OpenFor: time.Second}},
+		failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler)))
+	inner.down.Store("B", true)
+	take(t, s, "b") // opens
+	n := inner.calls.Load()
+	take(t, s, "b")
+	clock.Advance(time.Second)
+	take(t, s, "b") // the probe: fails, reopens
+	take(t, s, "b")
+	if got := inner.calls.Load() - n; got != 1 {
+		t.Fatalf("%d calls after opening, want the one probe", got)
+	}
+	inner.down.Store("B", false)
+	clock.Advance(time.Second)
+	if d := take(t, s, "b"); d.Degraded {
+		t.Fatalf("probe with the node back: %+v", d)
+	}
+	if d := take(t, s, "b"); d.Degraded {
+		t.Fatalf("closed again: %+v", d)
+	}
+}
+
+// TestRequestErrorsPassThrough: a request the store refuses is the
+// caller's error, not a store failure: not degraded, not counted.
+func TestRequestErrorsPassThrough(t *testing.T) {
+	clock := floodgatetest.NewManualClock(epoch)
+	inner := newSharded(t, clock)
+	s, _ := failure.Wrap(inner, failure.Policy{Breaker: failure.Breaker{MinCalls: 1, FailureRatio: 0.1}}, failure.WithClock(clock))
+	for range 5 {
+		_, err := s.Take(context.Background(), floodgate.Request{Policy: &policy, Key: "", N: 1})
+		if !errors.Is(err, floodgate.ErrInvalidKey) {
+			t.Fatalf("empty key: %v", err)
+		}
+		_, err = s.Take(context.Background(), floodgate.Request{Policy: &policy, Key: "k", N: 0})
+		if !errors.Is(err, floodgate.ErrInvalidCost) {
+			t.Fatalf("cost 0: %v", err)
+		}
+	}
+	if d := take(t, s, "k"); d.Degraded {
+		t.Errorf("after refused requests: %+v; the breaker must not count them", d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Take(ctx, floodgate.Request{Policy: &policy, Key: "k", N: 1}); err == nil {
+		// memstore does not look at its context: a decision is fine too.
+		t.Log("a canceled context still decided (memstore does not wait)")
+	}
+}
+
+// TestFallbackAndLogThrottle: in Fallback mode the fallback store decides;
+// a failing store logs one line a second, then how many were held back.
+func TestFallbackAndLogThrottle(t *testing.T) {
+	clock := floodgatetest.NewManualClock(epoch)
+	inner := newSharded(t, clock)
+	fb, _ := memstore.New(memstore.WithClock(clock))
+	defer fb.Close()
+	var buf bytes.Buffer
+	s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Fallback, Fallback: fb, Breaker: failure.Breaker{Disabled: true}},
+		failure.WithClock(clock), failure.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner.down.Store("B", true)
+	for i := range 50 {
+		d := take(t, s, "b")
+		if !d.Degraded || !d.Allowed || d.Limit != 1000 || d.Remaining != int64(999-i) {
+			t.Fatalf("fallback call %d: %+v", i, d)
+		}
+	}
+	lines := func() []string { return strings.Split(strings.TrimSpace(buf.String()), "\n") }
+	if got := lines(); len(got) != 1 || !strings.Contains(got[0], "suppressed=0") {
+		t.Fatalf("log: %q; want one line", got)
+	}
+	clock.Advance(time.Second)
+	take(t, s, "b")
+	if got := lines(); len(got) != 2 || !strings.Contains(got[1], "suppressed=49") {
+		t.Fatalf("log a second later: %q; want a second line, suppressed=49", got)
+	}
+}
+
+// TestPolicyErrors: every field at fault is named.
+func TestPolicyErrors(t *testing.T) {
+	for _, c := range []struct {
+		p    failure.Policy
+		want string
+	}{
+		{failure.Policy{Mode: 7}, "Mode = Mode(7)"},
+		{failure.Policy{Mode: failure.Fallback}, "Fallback = nil"},
+		{failure.Policy{RetryAfter: 1500 * time.Millisecond}, "RetryAfter = 1.5s"},
+		{failure.Policy{Breaker: failure.Breaker{Window: time.Hour}}, "Breaker.Window = 1h0m0s"},
+		{failure.Policy{Breaker: failure.Breaker{MinCalls: -1}}, "Breaker.MinCalls = -1"},
+		{failure.Policy{Breaker: failure.Breaker{FailureRatio: 2}}, "Breaker.FailureRatio = 2"},
+		{failure.Policy{Breaker: failure.Breaker{OpenFor: time.Millisecond}}, "Breaker.OpenFor = 1ms"},
+	} {
+		_, err := failure.NewGuard(c.p)
+		if !errors.Is(err, failure.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewGuard(%+v) = %v; want ErrInvalidPolicy naming %q", c.p, err, c.want)
+		}
+	}
+	for _, s := range []string{"open", "closed", "fallback"} {
+		if m, err := failure.ParseMode(s); err != nil || m.String() != s {
+			t.Errorf("ParseMode(%s) = %v, %v", s, m, err)
+		}
+	}
+	if _, err := failure.ParseMode("sometimes"); !errors.Is(err, failure.ErrInvalidPolicy) {
+		t.Errorf("ParseMode(sometimes) = %v", err)
+	}
+}
+
+// TestTimeout: a store that hangs is cut at the timeout, and the failure
+// mode decides; the store saw a deadline.
+func TestTimeout(t *testing.T) {
+	hang := hangStore{}
+	s, _ := failure.Wrap(hang, failure.Policy{Mode: failure.Closed, Timeout: 20 * time.Millisecond}, failure.WithLogger(slog.New(slog.DiscardHandler)))
+	start := time.Now()
+	d := take(t, s, "k")
+	if took := time.Since(start); took < 20*time.Millisecond || took > 5*time.Second {
+		t.Errorf("took %v with a 20ms timeout", took)
+	}
+	if !d.Degraded || d.Allowed || d.RetryAfter != time.Second {
+		t.Errorf("decision %+v; want the closed mode's", d)
+	}
+}
+
+type hangStore struct{ floodgate.Store }
+
+func (hangStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		return floodgate.Decision{}, errors.New("no deadline")
+	}
+	<-ctx.Done()
+	return floodgate.Decision{}, fmt.Errorf("%w: %w", floodgate.ErrUnavailable, ctx.Err())
+}

@@ -1,0 +1,202 @@
+package failure
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
+)
+
+// Store is a floodgate.Store that applies a failure policy to another:
+// its Take never fails because the store did (see the package
+// documentation); it returns an error only for a request the store refused
+// (floodgate.ErrInvalidPolicy, ErrInvalidKey, ErrInvalidCost), after Close
+// (ErrClosed), and when the caller's context ended. It is a
+// storekit.BatchStore when the store it wraps is one, and passes Ping on.
+// Create it with Wrap.
+type Store struct {
+	g      *Guard
+	inner  floodgate.Store
+	batch  storekit.BatchStore // inner as a BatchStore, or nil
+	router storekit.Router     // inner as a Router, or nil
+}
+
+// Wrap returns store under policy p. It returns an error wrapping
+// ErrInvalidPolicy, naming each field at fault, when p cannot be used.
+// The Store owns store: Close closes it (not p.Fallback).
+func Wrap(store floodgate.Store, p Policy, opts ...Option) (*Store, error) {
+	if store == nil {
+		return nil, errors.New("failure: Wrap: nil store")
+	}
+	g, err := NewGuard(p, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{g: g, inner: store}
+	s.batch, _ = store.(storekit.BatchStore)
+	s.router, _ = store.(storekit.Router)
+	return s, nil
+}
+
+// Guard returns the store's guard: its policy, SetPolicy for a reload, and
+// the state of its breakers.
+func (s *Store) Guard() *Guard { return s.g }
+
+// Unwrap returns the wrapped store.
+func (s *Store) Unwrap() floodgate.Store { return s.inner }
+
+func (s *Store) node(req *floodgate.Request) string {
+	if s.router == nil || req.Policy == nil {
+		return ""
+	}
+	return s.router.Node(req.Policy, req.Key)
+}
+
+func opOf(req *floodgate.Request) string {
+	if req.Peek {
+		return "peek"
+	}
+	return "take"
+}
+
+// Take decides req through the wrapped store, or by the failure policy
+// when the store fails, is too slow, or its node's breaker is open.
+func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	return s.TakeVia(ctx, req, s.inner.Take)
+}
+
+// TakeVia is Take with the store's decision made by take instead of the
+// wrapped store's own Take: another path to the same store, such as a
+// batcher that pipelines concurrent calls.
+func (s *Store) TakeVia(ctx context.Context, req floodgate.Request, take func(context.Context, floodgate.Request) (floodgate.Decision, error)) (floodgate.Decision, error) {
+	fb := s.g.policy.Load().Fallback
+	var fallback func(context.Context) (floodgate.Decision, error)
+	if fb != nil {
+		fallback = func(ctx context.Context) (floodgate.Decision, error) { return fb.Take(ctx, req) }
+	}
+	d, _, err := s.g.Do(ctx, opOf(&req), s.node(&req), func(ctx context.Context) (floodgate.Decision, error) {
+		return take(ctx, req)
+	}, fallback)
+	return d, err
+}
+
+// TakeBatch decides reqs in one call to the wrapped store (which must be a
+// storekit.BatchStore; otherwise one Take each), each request by the
+// failure policy when the store fails it or its node's breaker is open.
+// The whole batch has one timeout.
+func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	if s.batch == nil {
+		for i := range reqs {
+			d, err := s.Take(ctx, reqs[i])
+			out[i] = storekit.Outcome{Decision: d, Err: err}
+		}
+		return
+	}
+	p := s.g.policy.Load()
+	now := s.g.clock.Now().UnixNano()
+	nodes := make([]string, len(reqs))
+	probes := make([]bool, len(reqs))
+	send := make([]int, 0, len(reqs))
+	for i := range reqs {
+		nodes[i] = s.node(&reqs[i])
+		ok, probe := true, false
+		if !p.Breaker.Disabled {
+			ok, probe = s.g.breaker(nodes[i]).admit(now)
+		}
+		if !ok {
+			s.g.observe(opOf(&reqs[i]), nodes[i], 0, ErrBreakerOpen)
+			out[i] = storekit.Outcome{Decision: s.g.degrade(ctx, p, nodes[i], ErrBreakerOpen, s.fallbackOf(p, &reqs[i]))}
+			continue
+		}
+		probes[i] = probe
+		send = append(send, i)
+	}
+	if len(send) == 0 {
+		return
+	}
+	sub := make([]floodgate.Request, len(send))
+	res := make([]storekit.Outcome, len(send))
+	for j, i := range send {
+		sub[j] = reqs[i]
+	}
+	cctx := ctx
+	var cancel context.CancelFunc
+	if p.Timeout > 0 {
+		cctx, cancel = context.WithTimeout(ctx, p.Timeout)
+	}
+	start := time.Now()
+	s.batch.TakeBatch(cctx, sub, res)
+	took := time.Since(start)
+	if cancel != nil {
+		cancel()
+	}
+	for j, i := range send {
+		d, err := res[j].Decision, res[j].Err
+		b := s.g.breaker(nodes[i])
+		if err != nil && (requestError(err) || ctx.Err() != nil) {
+			if probes[i] {
+				b.state.Store(open)
+			}
+			if ctx.Err() != nil && !requestError(err) {
+				err = ctx.Err()
+			}
+			out[i] = storekit.Outcome{Err: err}
+			continue
+		}
+		s.g.observe(opOf(&reqs[i]), nodes[i], took, err)
+		if !p.Breaker.Disabled {
+			switch b.record(s.g.clock.Now().UnixNano(), &p.Breaker, err != nil, probes[i]) {
+			case +1:
+				s.g.log.Warn("store failing: circuit breaker open, the failure policy decides without it",
+					"node", nodeName(nodes[i]), "mode", p.Mode.String(), "open_for", p.Breaker.OpenFor.String(), "error", err)
+				s.g.changed(nodes[i], true)
+			case -1:
+				s.g.log.Info("store recovered: circuit breaker closed", "node", nodeName(nodes[i]))
+				s.g.changed(nodes[i], false)
+			}
+		}
+		if err != nil {
+			d = s.g.degrade(ctx, p, nodes[i], err, s.fallbackOf(p, &reqs[i]))
+		}
+		out[i] = storekit.Outcome{Decision: d}
+	}
+}
+
+func (s *Store) fallbackOf(p *Policy, req *floodgate.Request) func(context.Context) (floodgate.Decision, error) {
+	if p.Fallback == nil {
+		return nil
+	}
+	r := *req
+	return func(ctx context.Context) (floodgate.Decision, error) { return p.Fallback.Take(ctx, r) }
+}
+
+// Reset forgets key's state under p in the wrapped store, within the
+// policy's timeout. Its error is the store's: a reset is not degraded.
+func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) error {
+	if t := s.g.policy.Load().Timeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	return s.inner.Reset(ctx, p, key)
+}
+
+// Close closes the wrapped store.
+func (s *Store) Close() error { return s.inner.Close() }
+
+// Ping checks the wrapped store's backend when it is a storekit.Pinger;
+// otherwise it returns nil.
+func (s *Store) Ping(ctx context.Context) error {
+	if p, ok := s.inner.(storekit.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}
+
+// Interface guards.
+var (
+	_ storekit.BatchStore = (*Store)(nil)
+	_ storekit.Pinger     = (*Store)(nil)
+)

@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/internal/throttle"
+	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/redisstore"
+)
+
+// openedStore is the store serve decides through, and what it needs to
+// check and release it.
+type openedStore struct {
+	store floodgate.Store
+	redis *redisstore.Store // nil for the memory store
+	close func()
+}
+
+// openStore builds the configured store without contacting it (see
+// probeStore). The closer releases it and its client.
+func openStore(cfg *config.Config) (*openedStore, error) {
+	s := cfg.Store
+	if s.Type == "memory" {
+		var opts []memstore.Option
+		if s.MaxKeys > 0 {
+			opts = append(opts, memstore.WithMaxKeys(s.MaxKeys))
+		}
+		if cfg.Bounds.MaxKeyBytes > 0 {
+			opts = append(opts, memstore.WithMaxKeyLen(cfg.Bounds.MaxKeyBytes))
+		}
+		m, err := memstore.New(opts...)
+		if err != nil {
+			return nil, err
+		}
+		return &openedStore{store: m, close: func() { m.Close() }}, nil
+	}
+	client, err := redisClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts := []redisstore.Option{redisstore.WithMaxKeyLen(cfg.Bounds.MaxKeyBytes)}
+	if s.Prefix != "" {
+		opts = append(opts, redisstore.WithPrefix(s.Prefix))
+	}
+	if s.HashKeysSecret != "" {
+		opts = append(opts, redisstore.WithHashedKeys([]byte(s.HashKeysSecret)))
+	}
+	rs, err := redisstore.New(client, opts...)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &openedStore{store: rs, redis: rs, close: func() { rs.Close(); client.Close() }}, nil
+}
+
+// redisClient builds the go-redis client of the configured Redis store.
+// Store calls are bounded by their context (ContextTimeoutEnabled); a call
+// that may have run is never retried (MaxRetries -1).
+func redisClient(cfg *config.Config) (redis.UniversalClient, error) {
+	s := cfg.Store
+	timeouts := func(dial, rw *time.Duration) {
+		*dial = max(time.Second, 5*s.Timeout)
+		*rw = max(time.Second, 5*s.Timeout)
+	}
+	switch s.Type {
+	case "redis":
+		o, err := redis.ParseURL(s.URL)
+		if err != nil {
+			return nil, fmt.Errorf("store url: %w", err)
+		}
+		o.MaxRetries, o.ContextTimeoutEnabled = -1, true
+		timeouts(&o.DialTimeout, &o.ReadTimeout)
+		o.WriteTimeout = o.ReadTimeout
+		return redis.NewClient(o), nil
+	case "redis-cluster":
+		o := &redis.ClusterOptions{Addrs: s.Addrs, Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true}
+		timeouts(&o.DialTimeout, &o.ReadTimeout)
+		o.WriteTimeout = o.ReadTimeout
+		return redis.NewClusterClient(o), nil
+	case "redis-sentinel":
+		o := &redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.Addrs, Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true}
+		timeouts(&o.DialTimeout, &o.ReadTimeout)
+		o.WriteTimeout = o.ReadTimeout
+		return redis.NewFailoverClient(o), nil
+	}
+	return nil, fmt.Errorf("store type %q", s.Type)
+}
+
+// errStoreMisconfigured is wrapped by probeStore's error when no retry can
+// mend the store's configuration.
+var errStoreMisconfigured = errors.New("the store is misconfigured")
+
+// probeStore checks that the Redis store answers and loads its scripts,
+// trying again while the failure may pass (connection refused, timeouts)
+// until wait has passed. It returns at once, with an error wrapping
+// errStoreMisconfigured, when the failure is one no retry can mend (a
+// wrong password, an ACL without the commands the store needs, a database
+// the server does not have: redisstore.Misconfigured). The memory store
+// always answers.
+func probeStore(ctx context.Context, st *openedStore, wait time.Duration, log *slog.Logger) error {
+	if st.redis == nil {
+		return nil
+	}
+	deadline := time.Now().Add(wait)
+	warned := false
+	var last error // the last failure that says more than a deadline
+	for {
+		attempt := min(2*time.Second, max(time.Until(deadline), 100*time.Millisecond))
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		err := st.redis.Ping(actx)
+		if err == nil {
+			err = st.redis.Preload(actx)
+		}
+		cancel()
+		if err != nil && (last == nil || !errors.Is(err, context.DeadlineExceeded)) {
+			last = err
+		}
+		switch {
+		case err == nil:
+			return nil
+		case redisstore.Misconfigured(err):
+			return fmt.Errorf("%w: %v", errStoreMisconfigured, err)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !time.Now().Before(deadline):
+			return last
+		}
+		if !warned {
+			log.Warn("Redis is not answering yet; waiting for it", "store_wait", wait.String(), "error", err)
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(250*time.Millisecond, time.Until(deadline))):
+		}
+	}
+}
+
+// storeOrigin names where the store's settings came from, for messages:
+// the flag, the environment variable, or the configuration's field.
+func (e *environ) storeOrigin(f serveFlags, path string, cfg *config.Config) string {
+	for _, o := range []struct{ flag, env, value string }{
+		{"--redis", EnvRedisURL, f.redisURL},
+		{"--redis-cluster", EnvRedisCluster, f.redisCluster},
+		{"--redis-sentinel", EnvRedisSentinel, f.redisSentinel},
+	} {
+		if o.value != "" {
+			return o.flag
+		}
+		if e.getenv(o.env) != "" {
+			return o.env
+		}
+	}
+	field := map[string]string{"redis": "store.url", "redis-cluster": "store.addrs", "redis-sentinel": "store.master and store.addrs"}[cfg.Store.Type]
+	if cfg.Store.Password != "" && e.getenv(EnvRedisPassword) != "" {
+		field += " (with " + EnvRedisPassword + ")"
+	}
+	if path == "" {
+		return field
+	}
+	return field + " of " + path
+}
+
+// redisLogger routes go-redis's own log lines (a pool that cannot dial, a
+// cluster that cannot load its slots) to slog, as warnings, at most one a
+// second with how many were held back: a dead Redis under load must not
+// write a line per connection attempt, and --log-format json must hold.
+type redisLogger struct {
+	log      *slog.Logger
+	throttle throttle.Log
+}
+
+func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	ok, held := l.throttle.Allow(time.Now())
+	if !ok {
+		return
+	}
+	l.log.Warn("redis client", "message", strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "), "suppressed", held)
+}

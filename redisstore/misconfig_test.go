@@ -1,0 +1,77 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate/internal/redistest"
+	"github.com/floodgatehq/floodgate/redisstore"
+)
+
+// TestMisconfigured: against a real redis-server, each misconfiguration no
+// retry can mend is told apart from what may pass (a server not there).
+func TestMisconfigured(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.WithUser("floodgate", "the-right-password"))
+	ping := func(o *redis.Options) error {
+		c := redis.NewClient(o)
+		defer c.Close()
+		s, err := redisstore.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.Ping(ctx); err != nil {
+			return err
+		}
+		return s.Preload(ctx)
+	}
+	base := func() *redis.Options {
+		return &redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1, DialTimeout: time.Second}
+	}
+	if err := ping(base()); err != nil {
+		t.Fatalf("a good configuration: %v", err)
+	}
+	// A user the ACL lets read the clock but not run scripts.
+	if _, err := srv.Do(t, "ACL", "SETUSER", "clock-only", "on", ">clock-only-pw", "~*", "+time", "+ping", "+hello", "+auth", "+client"); err != nil {
+		t.Fatal(err)
+	}
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := free.Addr().String()
+	free.Close()
+	for _, c := range []struct {
+		name      string
+		opts      func(o *redis.Options)
+		permanent bool
+	}{
+		{"wrong password", func(o *redis.Options) { o.Password = "not-the-password" }, true},
+		{"unknown user", func(o *redis.Options) { o.Username = "nobody" }, true},
+		{"an ACL without scripts", func(o *redis.Options) { o.Username, o.Password = "clock-only", "clock-only-pw" }, true},
+		{"database out of range", func(o *redis.Options) { o.DB = 99 }, true},
+		{"port out of range", func(o *redis.Options) { o.Addr = "127.0.0.1:99999" }, true},
+		{"no port", func(o *redis.Options) { o.Addr = "127.0.0.1" }, true},
+		{"connection refused", func(o *redis.Options) { o.Addr = refused }, false},
+	} {
+		o := base()
+		c.opts(o)
+		err := ping(o)
+		if err == nil {
+			t.Errorf("%s: no error", c.name)
+			continue
+		}
+		if got := redisstore.Misconfigured(err); got != c.permanent {
+			t.Errorf("%s: Misconfigured(%v) = %v, want %v", c.name, err, got, c.permanent)
+		}
+	}
+	if redisstore.Misconfigured(nil) || redisstore.Misconfigured(errors.New("i/o timeout")) {
+		t.Error("nil or a timeout called misconfigured")
+	}
+}

@@ -1,0 +1,449 @@
+// Package rls is Envoy's rate limit service engine
+// (envoy.service.ratelimit.v3), transport-neutral: it matches a
+// ShouldRateLimit request's descriptors to the rules of the configuration's
+// domains, has the service decide them, and summarises the decisions into
+// the answer envoyproxy/ratelimit gives (docs/envoy-ratelimit-semantics.md).
+// The gRPC and /json adapters (transport/envoyrls) share it.
+//
+// An answer is made in three steps, each testable alone: Table.Match finds
+// each descriptor's rule and the store requests to make (Plan); the
+// service decides them (Engine does it through service.Service.Decide);
+// Plan.Summarise turns the decisions into statuses, the overall code and
+// the response headers.
+//
+// An Engine is safe for concurrent use by multiple goroutines.
+package rls
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/storekit"
+)
+
+// Request is a ShouldRateLimit request.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+	HitsAddend  uint32 // 0 means 1
+}
+
+// Descriptor is one descriptor of a request.
+type Descriptor struct {
+	Entries []Entry
+	// Limit, when set, overrides the configuration for this descriptor.
+	Limit *Limit
+	// HitsAddend, when set (0 included: check only), replaces the
+	// request's.
+	HitsAddend *uint64
+}
+
+// Entry is a descriptor entry.
+type Entry struct {
+	Key, Value string
+}
+
+// Limit is a limit as RLS states it.
+type Limit struct {
+	Name            string
+	RequestsPerUnit uint32
+	Unit            config.Unit
+}
+
+// Code is an RLS response code.
+type Code int
+
+// The codes, numbered as in the RLS proto.
+const (
+	CodeUnknown   Code = 0
+	CodeOK        Code = 1
+	CodeOverLimit Code = 2
+)
+
+// Status is the answer for one descriptor.
+type Status struct {
+	Code           Code
+	CurrentLimit   *Limit // nil: no limit applied
+	LimitRemaining uint32
+	// DurationUntilReset is set (HasReset) whenever CurrentLimit is.
+	DurationUntilReset time.Duration
+	HasReset           bool
+}
+
+// Response is a ShouldRateLimit answer.
+type Response struct {
+	OverallCode Code
+	Statuses    []Status
+	// Headers are the RateLimit fields of the binding descriptor, for
+	// response_headers_to_add (when envoy.response_headers is on).
+	Headers []Header
+}
+
+// Header is a response header to add.
+type Header struct {
+	Name, Value string
+}
+
+// Engine answers ShouldRateLimit requests through a service, under the
+// Envoy domains of the configuration in force. Create it with New; reload
+// it with Reload when the service reloads.
+type Engine struct {
+	svc   *service.Service
+	table atomic.Pointer[Table]
+}
+
+// New returns an Engine answering through svc under cfg's domains (cfg is
+// the configuration svc was created with). An error is a domain that
+// cannot be compiled, naming its file and line.
+func New(svc *service.Service, cfg *config.Config) (*Engine, error) {
+	e := &Engine{svc: svc}
+	t, err := e.Compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.table.Store(t)
+	return e, nil
+}
+
+// Compile compiles cfg's domains without applying them: a reload compiles
+// first (refusing the whole configuration if it fails), then swaps. Every
+// policy of the table is interned by the service (Service.Intern), so that
+// a rule that did not change keeps its identity across reloads.
+func (e *Engine) Compile(cfg *config.Config) (*Table, error) { return compile(cfg, e.svc.Intern) }
+
+// Swap puts t, compiled from the configuration the service now has, in
+// force. Requests in flight finish under the old table.
+func (e *Engine) Swap(t *Table) { e.table.Store(t) }
+
+// Table returns the table in force.
+func (e *Engine) Table() *Table { return e.table.Load() }
+
+// ShouldRateLimit answers an RLS request as envoyproxy/ratelimit does:
+// one status per descriptor, OVER_LIMIT overall when a descriptor that is
+// neither shadowed nor in quota mode is over its limit (or every
+// quota-mode one is). An unknown domain gives OK statuses. The error is a
+// *service.RequestError for an empty domain or descriptor list, too many
+// descriptors, a bad override or an oversized descriptor.
+func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, error) {
+	plan, err := e.table.Load().Match(req)
+	if err != nil {
+		return Response{}, err
+	}
+	ds := e.svc.Decide(ctx, plan.Requests)
+	for j := range ds {
+		if !plan.Requests[j].Peek {
+			e.svc.Count(plan.rules[j].label, ds[j], plan.rules[j].shadow)
+		}
+	}
+	return plan.Summarise(ds), nil
+}
+
+// Table is the compiled Envoy domains of one configuration.
+type Table struct {
+	domains         map[string]*domain
+	maxDescriptors  int
+	maxKeyBytes     int
+	shadowMode      bool // envoy.shadow_mode: OK overall, whatever the statuses
+	responseHeaders bool // envoy.response_headers
+}
+
+// domain is a compiled Envoy domain: a tree of nodes, and the rules of the
+// limit overrides requests carried lately.
+type domain struct {
+	name string
+	root *node
+
+	mu        sync.Mutex
+	overrides map[overrideKey]*rule // at most maxOverrides, then forgotten at once
+}
+
+type overrideKey struct {
+	unit config.Unit
+	rpu  uint32
+}
+
+// maxOverrides bounds the override rules a domain keeps: each distinct
+// (unit, requests per unit) a request carries makes one, and clients
+// choose them, so they are forgotten (all at once) past this many. A rule
+// made again has the same policy (name and parameters), hence the same
+// counters in the store.
+const maxOverrides = 256
+
+// node is one level of a domain's tree, as envoyproxy/ratelimit's
+// rateLimitDescriptor: children by composite key ("key" or "key_value"),
+// the wildcard children in configuration order, and the node's rule.
+type node struct {
+	children  map[string]*node
+	wildcards []*node
+	composite string // the node's own "key" or "key_value"
+	value     string // its configured value (for share_threshold)
+	share     bool
+	rule      *rule
+}
+
+// rule is a node's rate limit.
+type rule struct {
+	path      string // domain.key_value.key…
+	limit     Limit
+	unlimited bool
+	shadow    bool
+	quota     bool
+	replaces  []string
+	// name is the configured rate_limit.name, the only name replaces
+	// refer to: not limit.Name, which for a floodgate policy without a
+	// name is the policy's (docs/envoy-ratelimit-semantics.md §4.7).
+	name   string
+	policy *floodgate.Policy // what decides (nil when unlimited)
+	check  *floodgate.Policy // a fixed window's "check only" twin: max+1, same state
+	fixed  bool              // an envoy-format fixed window (vs a floodgate policy)
+	label  string            // what metrics call it: the policy's name, or "<domain>.override"
+}
+
+// compile builds the matching trees and the policies of every rule,
+// interned by intern.
+func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Policy) (*Table, error) {
+	t := &Table{
+		domains:         make(map[string]*domain, len(cfg.Domains)),
+		maxDescriptors:  cfg.Bounds.MaxDescriptors,
+		maxKeyBytes:     cfg.Bounds.MaxKeyBytes,
+		shadowMode:      cfg.Envoy.ShadowMode,
+		responseHeaders: cfg.Envoy.ResponseHeaders,
+	}
+	names := map[string]string{}
+	for _, p := range cfg.Policies {
+		names[p.Name] = "the policies section"
+	}
+	for _, d := range cfg.Domains {
+		dom := &domain{name: d.Name, root: &node{children: map[string]*node{}}, overrides: map[overrideKey]*rule{}}
+		if err := compileNodes(cfg, dom.root, d.Name, d.Descriptors, names, intern); err != nil {
+			return nil, err
+		}
+		t.domains[d.Name] = dom
+	}
+	return t, nil
+}
+
+func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.Descriptor, names map[string]string, intern func(*floodgate.Policy) *floodgate.Policy) error {
+	for _, d := range ds {
+		n := &node{children: map[string]*node{}, composite: d.Key, value: d.Value, share: d.ShareThreshold}
+		if d.Value != "" {
+			n.composite += "_" + d.Value
+		}
+		full := path + "." + n.composite
+		if rl := d.RateLimit; rl != nil {
+			r := &rule{
+				path:      full,
+				limit:     Limit{Name: rl.Name, RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.Unit},
+				unlimited: rl.Unlimited, shadow: d.ShadowMode, quota: d.QuotaMode, replaces: rl.Replaces, name: rl.Name,
+			}
+			switch {
+			case rl.Unlimited:
+			case rl.Policy != "":
+				p, _ := cfg.Policy(rl.Policy)
+				r.policy = &p
+				r.limit = limitOf(&p, rl.Name)
+			case rl.Spec != "":
+				p, err := floodgate.ParsePolicy(policyName(full, names, d), rl.Spec)
+				if err != nil {
+					return fmt.Errorf("%s:%d: %w", d.File, rl.Line, err)
+				}
+				r.policy = &p
+				r.limit = limitOf(&p, rl.Name)
+			default:
+				name := policyName(full, names, d)
+				r.policy, r.check = fixedWindows(name, rl.RequestsPerUnit, rl.Unit)
+				r.fixed = true
+			}
+			if r.policy != nil {
+				r.policy = intern(r.policy)
+				r.label = r.policy.Name
+			}
+			if r.check != nil {
+				r.check = intern(r.check)
+			}
+			n.rule = r
+		}
+		parent.children[n.composite] = n
+		if strings.Contains(n.composite, "*") {
+			parent.wildcards = append(parent.wildcards, n)
+		}
+		if err := compileNodes(cfg, n, full, d.Descriptors, names, intern); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fixedWindows returns an envoy-format limit as floodgate policies: a
+// fixed window of the unit, aligned to the epoch, recording denied hits
+// (envoyproxy/ratelimit's INCRBY counts them); and its "check only" twin
+// of max+1, which shares its state (same name and shape): a peek of 1
+// under it passes exactly when the count has not passed the limit.
+func fixedWindows(name string, rpu uint32, unit config.Unit) (*floodgate.Policy, *floodgate.Policy) {
+	p := &floodgate.Policy{
+		Name: name, Algorithm: floodgate.FixedWindow, Max: int64(rpu),
+		Window: unit.Duration(), CountDenied: new(true),
+	}
+	check := *p
+	check.Max++
+	return p, &check
+}
+
+// policyName derives a rule's policy name from its path in the tree
+// (domain.key_value.key…, as envoyproxy/ratelimit names its stats),
+// replacing characters a policy name cannot hold and adding a hash when it
+// had to change or shorten anything, so that names stay distinct.
+func policyName(full string, taken map[string]string, d *config.Descriptor) string {
+	var b strings.Builder
+	changed := false
+	for _, c := range []byte(full) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '.', c == '-', c == '/':
+			b.WriteByte(c)
+		default:
+			b.WriteByte('_')
+			changed = true
+		}
+	}
+	name := b.String()
+	if changed || len(name) > storekit.MaxNameLen-9 {
+		h := fnv.New32a()
+		h.Write([]byte(full))
+		name = fmt.Sprintf("%s-%08x", name[:min(len(name), storekit.MaxNameLen-9)], h.Sum32())
+	}
+	for i := 2; taken[name] != ""; i++ { // a clash with a named policy
+		name = fmt.Sprintf("%s-%d", name[:min(len(name), storekit.MaxNameLen-4)], i)
+	}
+	taken[name] = fmt.Sprintf("%s:%d", d.File, d.Line)
+	return name
+}
+
+// limitOf states a floodgate policy as an RLS limit: its first limit's
+// quota, and the unit whose window holds it (the largest unit not longer
+// than the policy's window; a year for anything longer).
+func limitOf(p *floodgate.Policy, name string) Limit {
+	q, w := p.Quota(0)
+	unit := config.Year
+	for i, u := range config.Units[:len(config.Units)-1] {
+		if w < config.Units[i+1].Duration() {
+			unit = u
+			break
+		}
+	}
+	if name == "" {
+		name = p.Name
+	}
+	return Limit{Name: name, RequestsPerUnit: uint32(min(q, math.MaxUint32)), Unit: unit}
+}
+
+// match finds the rule for a descriptor's entries, as envoyproxy/ratelimit's
+// GetLimit: at each level the exact key_value, else the first wildcard (in
+// configuration order) that matches key_value, else the key alone; a rule
+// applies only at the request's depth, and the walk never backtracks. It
+// also returns, per entry, the value to count under (the wildcard pattern
+// when the matching node shares its threshold, else the request's value).
+func (d *domain) match(entries []Entry) (*rule, []string) {
+	cur := d.root
+	var found *rule
+	values := make([]string, len(entries))
+	for i, e := range entries {
+		values[i] = e.Value
+		fk := e.Key + "_" + e.Value
+		next := cur.children[fk]
+		if next == nil {
+			for _, w := range cur.wildcards {
+				if config.WildcardMatch(w.composite, fk) {
+					next = w
+					if w.share {
+						values[i] = w.value
+					}
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = cur.children[e.Key]
+		}
+		if next != nil && next.rule != nil && i == len(entries)-1 {
+			found = next.rule
+		}
+		if next == nil || len(next.children) == 0 {
+			break
+		}
+		cur = next
+	}
+	return found, values
+}
+
+// override returns the rule of a request's limit override: a fixed window
+// of its unit and requests per unit. Metrics count it under the domain's
+// "<domain>.override", never under a name of the client's choosing.
+func (d *domain) override(l *Limit) *rule {
+	k := overrideKey{l.Unit, l.RequestsPerUnit}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r, ok := d.overrides[k]; ok {
+		return r
+	}
+	name := fmt.Sprintf("%s.override.%s.%d", d.name, l.Unit, l.RequestsPerUnit)
+	label := d.name + ".override"
+	if len(name) > storekit.MaxNameLen || !validPolicyName(name) {
+		h := fnv.New32a()
+		h.Write([]byte(d.name))
+		name = fmt.Sprintf("envoy-%08x.override.%s.%d", h.Sum32(), l.Unit, l.RequestsPerUnit)
+		label = fmt.Sprintf("envoy-%08x.override", h.Sum32())
+	}
+	p, check := fixedWindows(name, l.RequestsPerUnit, l.Unit)
+	r := &rule{limit: Limit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}, policy: p, check: check, fixed: true, label: label}
+	if len(d.overrides) >= maxOverrides {
+		clear(d.overrides)
+	}
+	d.overrides[k] = r
+	return r
+}
+
+func validPolicyName(n string) bool {
+	p := floodgate.Policy{Name: n, Algorithm: floodgate.GCRA, Max: 1, Window: time.Second, Burst: 1}
+	return p.Validate() == nil
+}
+
+// counterKey is a descriptor's key in the store: its entries, keys and
+// values, with the separators escaped so that different entries never
+// share a key.
+func counterKey(entries []Entry, values []string) string {
+	var b strings.Builder
+	esc := func(s string) {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c == '\\' || c == '=' || c == '/' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(s[i])
+		}
+	}
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		esc(e.Key)
+		b.WriteByte('=')
+		esc(values[i])
+	}
+	return b.String()
+}
+
+func entryValues(es []Entry) []string {
+	v := make([]string, len(es))
+	for i, e := range es {
+		v[i] = e.Value
+	}
+	return v
+}

@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO ?= go
 FUZZTIME ?= 30s
 
-.PHONY: test check redis fuzz bench bench-mem bench-peers
+.PHONY: test check redis fuzz bench bench-mem bench-peers release image ship-check
 
 ## test: gofmt and vet, then every test with the race detector, shuffled,
 ## uncached, with real redis-server processes (installed when missing, and
@@ -28,6 +28,25 @@ check:
 	@unformatted="$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*'))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt -w needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+
+## release: static binaries for linux and darwin (amd64, arm64), THIRD_PARTY,
+## Debian packages (amd64, arm64) and SHA256SUMS into dist/, reproducibly:
+## versions, commit and dates come from git, never the clock
+## (scripts/release.sh).
+release:
+	scripts/release.sh
+
+## image: the container image as an OCI archive, dist/floodgate_image.tar,
+## without a container engine (scripts/image.sh); needs make release's files.
+image: release
+	scripts/image.sh
+
+## ship-check: build what floodgate ships and try it as a user would:
+## reproducibility, the .deb in a scratch root, systemd-analyze, the image,
+## helm lint and template, promtool, every shipped configuration
+## (scripts/ship-check.sh; .ci/run runs it after make test).
+ship-check:
+	scripts/ship-check.sh
 
 ## fuzz: run every fuzz target for FUZZTIME each.
 fuzz:

@@ -49,8 +49,10 @@ var fences = map[string]fence{
 	"config":             {own: []string{"internal/throttle", "", "storekit", "failure"}, thirdParty: true},
 	"service":            {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config"}, thirdParty: true},
 	"rls":                {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service"}, thirdParty: true},
-	"transport/httpapi":  {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/telemetry"}, thirdParty: true},
-	"transport/envoyrls": {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls"}, thirdParty: true},
+	"transport/httpapi":  {own: []string{"transport/reqlog", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/telemetry"}, thirdParty: true},
+	"transport/envoyrls": {own: []string{"transport/reqlog", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls"}, thirdParty: true},
+	"transport/reqlog":   {},
+	"internal/tracing":   {thirdParty: true},
 	"internal/telemetry": {own: []string{"internal/throttle", "", "storekit", "failure"}, thirdParty: true},
 
 	// The load generator drives a store or a running service from the
@@ -59,10 +61,10 @@ var fences = map[string]fence{
 	"internal/bench": {own: []string{"", "storekit", "usage", "internal/algo", "redisstore"}, thirdParty: true},
 
 	// The programs, which wire everything together (but test helpers).
-	"internal/cli": {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
-		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/..."}, thirdParty: true},
-	"cmd/floodgate": {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
-		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/cli"}, thirdParty: true},
+	"internal/cli": {own: []string{"internal/tracing", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
+		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/buildinfo"}, thirdParty: true},
+	"cmd/floodgate": {own: []string{"internal/tracing", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
+		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/cli", "internal/buildinfo"}, thirdParty: true},
 	"examples/quickstart": {own: []string{"", "storekit", "usage", "internal/algo", "memstore"}},
 	"examples/api": {own: []string{"internal/throttle", "", "storekit", "usage", "internal/algo", "memstore", "redisstore", "failure", "rlheader", "httplimit"},
 		thirdParty: true},
@@ -72,6 +74,9 @@ var fences = map[string]fence{
 	"internal/throttle":     {},
 	"internal/redistest":    {},
 	"internal/rlheadertest": {thirdParty: true},
+	// The version a build is stamped with: anything may read it, and it
+	// reads only the standard library.
+	"internal/buildinfo": {},
 }
 
 func matches(pattern, pkg string) bool {

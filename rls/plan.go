@@ -138,6 +138,11 @@ func (p *Plan) Summarise(ds []floodgate.Decision) Response {
 		if !r.fixed {
 			status.CurrentLimit.RequestsPerUnit = uint32(min(d.Limit, math.MaxUint32))
 		}
+		if d.Degraded && d.Limit == 0 {
+			// The failure mode decided without a store (package failure):
+			// no limit was applied and nothing is known to remain.
+			status = Status{Code: CodeOK}
+		}
 		if !d.Allowed {
 			status.LimitRemaining = 0
 			status.Code = CodeOverLimit

@@ -134,9 +134,13 @@ func (e *Engine) Table() *Table { return e.table.Load() }
 // *service.RequestError for an empty domain or descriptor list, too many
 // descriptors, a bad override or an oversized descriptor.
 func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, error) {
-	plan, err := e.table.Load().Match(req)
+	t := e.table.Load()
+	plan, err := t.Match(req)
 	if err != nil {
 		return Response{}, err
+	}
+	if t.domains[req.Domain] == nil {
+		e.svc.CountUnknownDomain()
 	}
 	ds := e.svc.Decide(ctx, plan.Requests)
 	for j := range ds {

@@ -12,6 +12,10 @@ package service
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +28,9 @@ import (
 	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/storekit"
 	"github.com/floodgatehq/floodgate/usage"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Observer receives the service's events, for metrics. Its methods are
@@ -41,6 +48,14 @@ type Observer interface {
 	OverLimitCacheHit(policy string)
 	// Reload reports a configuration reload and whether it was applied.
 	Reload(ok bool)
+	// UnknownPolicy reports a request naming a policy the configuration
+	// does not have; UnknownDomain an Envoy request for a domain it does
+	// not have. The names are the client's: they are not passed.
+	UnknownPolicy()
+	UnknownDomain()
+	// FailureMode reports the failure mode in force (open, closed or
+	// fallback), at start and after every reload.
+	FailureMode(mode string)
 }
 
 type nopObserver struct{}
@@ -48,6 +63,9 @@ type nopObserver struct{}
 func (nopObserver) Decision(string, bool, bool, bool) {}
 func (nopObserver) OverLimitCacheHit(string)          {}
 func (nopObserver) Reload(bool)                       {}
+func (nopObserver) UnknownPolicy()                    {}
+func (nopObserver) UnknownDomain()                    {}
+func (nopObserver) FailureMode(string)                {}
 
 // Options configures a Service.
 type Options struct {
@@ -122,6 +140,7 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	s.cache = newOverLimitCache(100_000)
 	s.interned = storekit.NewInterner(0)
 	s.state.Store(s.compile(cfg))
+	s.obs.FailureMode(cfg.Failure.Mode.String())
 	return s, nil
 }
 
@@ -162,6 +181,7 @@ func (s *Service) Reload(cfg *config.Config) error {
 	s.state.Store(st)
 	s.cache.clear()
 	s.obs.Reload(true)
+	s.obs.FailureMode(cfg.Failure.Mode.String())
 	s.log.Debug("configuration swapped", "policies", len(st.policies), "domains", len(cfg.Domains), "previous_policies", len(old.policies))
 	return nil
 }
@@ -252,6 +272,7 @@ func (s *Service) decideItems(ctx context.Context, items []Item, peek bool) (Ver
 		}
 		p, ok := st.policies[it.Policy]
 		if !ok {
+			s.obs.UnknownPolicy()
 			return Verdict{}, &RequestError{Code: "unknown_policy", Field: field("policy"),
 				Msg: fmt.Sprintf("no policy named %q (GET /v1/policies lists them)", clip(it.Policy))}
 		}
@@ -311,14 +332,23 @@ func (s *Service) Decide(ctx context.Context, reqs []floodgate.Request) []floodg
 	return s.decide(ctx, s.state.Load(), reqs)
 }
 
+// CountUnknownDomain reports an Envoy request for a domain the
+// configuration does not have, to the observer.
+func (s *Service) CountUnknownDomain() { s.obs.UnknownDomain() }
+
 // Count reports a decision to the observer (metrics), under label: a
 // policy's name, or a name standing for a bounded family of policies.
 func (s *Service) Count(label string, d floodgate.Decision, shadow bool) {
 	s.obs.Decision(label, d.Allowed, shadow, d.Degraded)
 }
 
+// tracer starts the service's spans (a no-op unless tracing is on).
+var tracer = otel.Tracer("github.com/floodgatehq/floodgate/service")
+
 // decide decides valid requests: from the over-limit cache where it is
-// exact, else through the guarded store (one pipeline for several).
+// exact, else through the guarded store (one pipeline for several). Each
+// store call is a span, with the policy, algorithm and verdict of each
+// decision as attributes (a batch's as events); never a key.
 func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Request) []floodgate.Decision {
 	out := make([]floodgate.Decision, len(reqs))
 	var todo []int
@@ -335,6 +365,7 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 	case len(todo) == 0:
 		return out
 	case len(todo) > 1:
+		ctx, span := tracer.Start(ctx, "floodgate.store.batch", trace.WithAttributes(attribute.Int("floodgate.requests", len(todo))))
 		sub := make([]floodgate.Request, len(todo))
 		for j, i := range todo {
 			sub[j] = reqs[i]
@@ -343,9 +374,14 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 		s.guarded.TakeBatch(ctx, sub, results)
 		for j, i := range todo {
 			out[i] = s.settle(st, &reqs[i], results[j].Decision, results[j].Err, now)
+			if span.IsRecording() {
+				span.AddEvent("decision", trace.WithAttributes(decisionAttrs(&reqs[i], out[i])...))
+			}
 		}
+		span.End()
 	default:
 		i := todo[0]
+		ctx, span := tracer.Start(ctx, "floodgate.store")
 		var d floodgate.Decision
 		var err error
 		if st.batch != nil {
@@ -354,8 +390,25 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 			d, err = s.guarded.Take(ctx, reqs[i])
 		}
 		out[i] = s.settle(st, &reqs[i], d, err, now)
+		if span.IsRecording() {
+			span.SetAttributes(decisionAttrs(&reqs[i], out[i])...)
+		}
+		span.End()
 	}
 	return out
+}
+
+// decisionAttrs are a decision's trace attributes: its policy, algorithm,
+// verdict and whether the failure policy made it. Never the key.
+func decisionAttrs(req *floodgate.Request, d floodgate.Decision) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("floodgate.policy", req.Policy.Name),
+		attribute.String("floodgate.algorithm", string(req.Policy.Algorithm)),
+		attribute.Int64("floodgate.cost", req.N),
+		attribute.Bool("floodgate.peek", req.Peek),
+		attribute.Bool("floodgate.allowed", d.Allowed),
+		attribute.Bool("floodgate.degraded", d.Degraded),
+	}
 }
 
 // settle takes a decision: it feeds the over-limit cache with a store's
@@ -445,3 +498,21 @@ func (s *Service) Ready(ctx context.Context) error {
 // ReloadFailed records a reload refused before it reached the service (the
 // configuration did not load), for metrics.
 func (s *Service) ReloadFailed() { s.obs.Reload(false) }
+
+// keySalt makes KeyDigest's digests this process's own.
+var keySalt = func() []byte {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return b
+}()
+
+// KeyDigest returns a short digest of key, for access logs and traces that
+// must tell requests of one key apart without holding the key: 12 hex
+// digits of an HMAC-SHA-256 under a salt drawn at start, so that a digest
+// cannot be matched to a key by hashing guesses, and digests of two runs
+// of the process differ.
+func KeyDigest(key string) string {
+	m := hmac.New(sha256.New, keySalt)
+	m.Write([]byte(key))
+	return hex.EncodeToString(m.Sum(nil)[:6])
+}

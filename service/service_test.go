@@ -102,13 +102,14 @@ func (s *batchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, ou
 
 // counts are what a recorder was told.
 type counts struct {
-	decisions     int
-	degraded      int
-	storeCalls    map[string]int // by op
-	storeErrors   int
-	cacheHits     int
-	reloadsOK     int
-	reloadsFailed int
+	decisions       int
+	degraded        int
+	storeCalls      map[string]int // by op
+	storeErrors     int
+	cacheHits       int
+	reloadsOK       int
+	reloadsFailed   int
+	unknownPolicies int
 }
 
 // recorder is an Observer that counts what it is told.
@@ -139,6 +140,15 @@ func (r *recorder) StoreCall(op, node string, took time.Duration, err error) {
 }
 
 func (r *recorder) BreakerChanged(node string, open bool) {}
+
+func (r *recorder) UnknownPolicy() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.c.unknownPolicies++
+}
+
+func (r *recorder) UnknownDomain()     {}
+func (r *recorder) FailureMode(string) {}
 
 func (r *recorder) OverLimitCacheHit(policy string) {
 	r.mu.Lock()
@@ -471,6 +481,9 @@ func TestRequestErrors(t *testing.T) {
 		}
 	}
 	wantCalls(t, r.store, 0, "after refused requests")
+	if obs := r.obs.snapshot(); obs.unknownPolicies != 6 { // 3 cases naming an unknown policy first, for Check and Peek
+		t.Errorf("refused requests counted %d unknown policies, want 6", obs.unknownPolicies)
+	}
 	if obs := r.obs.snapshot(); obs.decisions != 0 {
 		t.Errorf("refused requests made %d decisions", obs.decisions)
 	}

@@ -10,9 +10,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/floodgatehq/floodgate/internal/buildinfo"
 )
 
 // Environment variables the commands read (flags win over them, and they
@@ -61,8 +62,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	case "bench":
 		return e.bench(args[1:])
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "floodgate", Version())
-		return 0
+		return e.version(args[1:])
 	case "help", "-h", "--help", "-help":
 		if len(args) > 1 {
 			return Run(ctx, []string{args[1], "--help"}, stdout, stderr, env)
@@ -226,29 +226,37 @@ func (e *environ) errorf(format string, args ...any) int {
 	return 1
 }
 
-// Version returns the module version and VCS revision the binary was built
-// from, as far as the build recorded them.
+// Version returns what "floodgate version" prints after the program's
+// name: the version, then the commit, its date and the Go release in
+// brackets (internal/buildinfo says where each comes from).
 func Version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	v := info.Main.Version
-	if v == "" || v == "(devel)" {
-		v = "devel"
-	}
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			if len(s.Value) > 12 {
-				s.Value = s.Value[:12]
-			}
-			v += " " + s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				v += "-dirty"
-			}
+	return strings.TrimPrefix(buildinfo.Read().String(), "floodgate ")
+}
+
+// version prints the version line: "floodgate v0.1.0 (<revision>, <date>,
+// go1.26.8)" for a release build; a build without the release's -ldflags
+// prints "(devel)" for the version and "unknown" for what it did not
+// record.
+func (e *environ) version(args []string) int {
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "-help" {
+			fmt.Fprint(e.stdout, `Usage: floodgate version
+
+Prints the version, the commit it was built from, that commit's date (RFC 3339,
+UTC) and the Go release that compiled it:
+
+  floodgate v0.1.0 (<revision>, <date>, go1.26.x)
+
+A build without make release's stamp prints (devel) for the version and unknown
+for a revision or date the Go toolchain did not record.
+`)
+			return 0
 		}
 	}
-	return v + " " + info.GoVersion
+	if len(args) > 0 {
+		fmt.Fprintf(e.stderr, "floodgate version: takes no arguments, found %q\n", args[0])
+		return 2
+	}
+	fmt.Fprintln(e.stdout, buildinfo.Read().String())
+	return 0
 }

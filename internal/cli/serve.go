@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,12 +34,16 @@ import (
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/internal/buildinfo"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
+	"github.com/floodgatehq/floodgate/internal/tracing"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/storekit"
 	"github.com/floodgatehq/floodgate/transport/envoyrls"
 	"github.com/floodgatehq/floodgate/transport/httpapi"
+	"github.com/floodgatehq/floodgate/transport/reqlog"
 )
 
 type serveFlags struct {
@@ -47,7 +53,10 @@ type serveFlags struct {
 	drain                                                     time.Duration
 	storeWait                                                 time.Duration
 	startDegraded                                             bool
+	shutdownDelay                                             time.Duration
 	dashboard                                                 bool
+	accessLogSample                                           float64
+	debugAddr                                                 string
 }
 
 func (e *environ) serve(args []string) int {
@@ -57,8 +66,9 @@ func (e *environ) serve(args []string) int {
 			"With no flags: the memory store, HTTP on 127.0.0.1:8080, gRPC on 127.0.0.1:8081, and a\n"+
 			"small built-in set of example policies. --redis, --redis-cluster or --redis-sentinel\n"+
 			"share state between replicas. SIGHUP, or a change of the configuration files, reloads\n"+
-			"the configuration (an invalid one is refused and the old one kept); SIGTERM drains\n"+
-			"requests in flight and stops.",
+			"the configuration (an invalid one is refused and the old one kept); SIGTERM turns\n"+
+			"/readyz to 503, keeps serving for --shutdown-delay, then drains requests in flight\n"+
+			"and stops.",
 		EnvConfig+"  configuration file or directory",
 		EnvHTTP+", "+EnvGRPC+"  listen addresses",
 		EnvRedisURL+", "+EnvRedisCluster+", "+EnvRedisSentinel+"  the Redis store",
@@ -77,12 +87,23 @@ func (e *environ) serve(args []string) int {
 	fs.DurationVar(&f.drain, "drain", 15*time.Second, "how long SIGTERM waits for requests in flight")
 	fs.DurationVar(&f.storeWait, "store-wait", 10*time.Second, "how long to wait at start for a Redis store that does not answer yet; then exit, unless --start-degraded")
 	fs.BoolVar(&f.startDegraded, "start-degraded", false, "start even if Redis does not answer within --store-wait: unready (/readyz 503), deciding by the failure mode until it does")
+	fs.Float64Var(&f.accessLogSample, "access-log-sample", 0, "share of requests written to the access log at level info, 0 to 1 (keys as salted digests, never as they came); every request is logged at level debug")
+	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve net/http/pprof on this `address` (off by default; keep it on loopback)")
+	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, answer /readyz with 503 (gRPC health NOT_SERVING) at once but keep serving\nfor this long before draining, so that load balancers stop sending first (Kubernetes: the time\nendpoints take to drop the pod)")
 	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the live dashboard at /dashboard on the HTTP listener (--dashboard=false: leave it out)")
 	if code := e.parse(fs, args); code >= 0 {
 		return code
 	}
 	if fs.NArg() > 0 {
 		return e.errorf("serve takes no arguments, found %q", fs.Arg(0))
+	}
+	if f.accessLogSample < 0 || f.accessLogSample > 1 {
+		return e.usageErr("--access-log-sample %v: want a share from 0 to 1", f.accessLogSample)
+	}
+	if f.debugAddr != "" {
+		if err := config.CheckAddr(f.debugAddr, true); err != nil {
+			return e.usageErr("--debug-addr: %v", err)
+		}
 	}
 	log, err := newLogger(e.stderr, f.logFormat, f.logLevel)
 	if err != nil {
@@ -204,6 +225,20 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // run serves until the context ends.
 func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.Logger) int {
 	redis.SetLogger(&redisLogger{log: log}) // go-redis's own lines, through slog and throttled
+	traceShutdown, tracingOn, err := tracing.Setup(e.ctx, Version())
+	if err != nil {
+		return e.errorf("%v (the OTEL_* environment variables)", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := traceShutdown(sctx); err != nil {
+			log.Warn("flushing traces", "error", err)
+		}
+	}()
+	if tracingOn {
+		log.Info("tracing on: spans go to the OTLP endpoint of the OTEL_* environment")
+	}
 	opened, err := openStore(cfg)
 	if err != nil {
 		return e.errorf("opening the store (%s): %v", e.storeOrigin(f, path, cfg), err)
@@ -236,6 +271,8 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	if err != nil {
 		return e.errorf("metrics: %v", err)
 	}
+	bi := buildinfo.Read()
+	metrics.BuildInfo(bi.Version, bi.Revision, bi.GoVersion)
 	svc, err := service.New(cfg, service.Options{Store: store, Fallback: fallback, Observer: metrics, Logger: log})
 	if err != nil {
 		return e.errorf("%v", err)
@@ -254,7 +291,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		httpLn.Close()
 		return e.errorf("gRPC: %v (choose another address with --grpc or %s)", err, EnvGRPC)
 	}
-	handler := httpapi.Handler(svc, httpapi.Options{
+	var handler http.Handler = httpapi.Handler(svc, httpapi.Options{
 		AdminToken: cfg.Admin.Token,
 		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		EnvoyJSON:  envoyrls.JSONHandler(eng, cfg.Bounds.MaxBodyBytes),
@@ -263,13 +300,20 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		Stats:      metrics.Snapshot,
 		Version:    Version(),
 		Dashboard:  f.dashboard,
+		Requests:   metrics,
+		Access:     reqlog.AccessLog{Logger: log, Sample: f.accessLogSample},
 	})
+	var unready atomic.Bool // set on SIGTERM: /readyz answers 503 from then on
+	handler = readyzUnless(&unready, handler)
 	httpSrv := &http.Server{
 		Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(cfg.Bounds.MaxBodyBytes))}
+	gopts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(cfg.Bounds.MaxBodyBytes)),
+		grpc.ChainUnaryInterceptor(envoyrls.Interceptor(metrics, reqlog.AccessLog{Logger: log, Sample: f.accessLogSample})),
+	}
 	if cfg.Listen.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.Listen.TLSCert, cfg.Listen.TLSKey)
 		if err != nil {
@@ -318,11 +362,30 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 
 	ctx, stop := context.WithCancel(e.ctx)
 	defer stop()
+	if f.debugAddr != "" {
+		dbg, err := serveDebug(ctx, f.debugAddr, log)
+		if err != nil {
+			return e.errorf("--debug-addr: %v", err)
+		}
+		log.Info("debug listener: net/http/pprof", "addr", dbg)
+	}
 	go watchHealth(ctx, svc, healthSrv)
 	go e.reloads(ctx, svc, eng, path, f, log)
 
 	select {
 	case <-ctx.Done():
+		if f.shutdownDelay > 0 {
+			unready.Store(true)
+			healthSrv.Shutdown() // NOT_SERVING, and it stays so
+			log.Info("shutting down: unready, serving on for the shutdown delay", "shutdown_delay", f.shutdownDelay)
+			t := time.NewTimer(f.shutdownDelay)
+			select {
+			case <-t.C:
+			case err := <-errs:
+				t.Stop()
+				log.Error("server failed", "error", err)
+			}
+		}
 	case err := <-errs:
 		log.Error("server failed", "error", err)
 		stop()
@@ -420,6 +483,7 @@ func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.En
 			svc.ReloadFailed()
 			continue
 		}
+		before := svc.Config()
 		table, err := eng.Compile(cfg)
 		if err == nil && storeChanged(svc.Config().Store, cfg.Store) {
 			err = checkNewStore(ctx, cfg, log)
@@ -434,7 +498,7 @@ func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.En
 			continue
 		}
 		eng.Swap(table)
-		log.Info("configuration reloaded", "reason", why, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
+		log.Info("configuration reloaded", append([]any{"reason", why}, reloadSummary(before, cfg)...)...)
 	}
 }
 
@@ -488,4 +552,102 @@ func fingerprint(path string) string {
 		h.Write(data)
 	}
 	return string(h.Sum(nil))
+}
+
+// reloadSummary says what a reload changes, as log attributes: the
+// policies added, removed and changed (by name), the domains added and
+// removed, and the counts in force. Keys never appear: there are none in a
+// configuration.
+func reloadSummary(old, cfg *config.Config) []any {
+	ids := func(c *config.Config) map[string]string {
+		m := map[string]string{}
+		for i := range c.Policies {
+			m[c.Policies[i].Name] = storekit.ID(&c.Policies[i])
+		}
+		return m
+	}
+	was, now := ids(old), ids(cfg)
+	var added, removed, changed []string
+	for n, id := range now {
+		switch w, ok := was[n]; {
+		case !ok:
+			added = append(added, n)
+		case w != id:
+			changed = append(changed, n)
+		}
+	}
+	for n := range was {
+		if _, ok := now[n]; !ok {
+			removed = append(removed, n)
+		}
+	}
+	domains := func(c *config.Config) map[string]bool {
+		m := map[string]bool{}
+		for _, d := range c.Domains {
+			m[d.Name] = true
+		}
+		return m
+	}
+	dwas, dnow := domains(old), domains(cfg)
+	var dadded, dremoved []string
+	for d := range dnow {
+		if !dwas[d] {
+			dadded = append(dadded, d)
+		}
+	}
+	for d := range dwas {
+		if !dnow[d] {
+			dremoved = append(dremoved, d)
+		}
+	}
+	list := func(s []string) string {
+		if len(s) == 0 {
+			return "none"
+		}
+		sort.Strings(s)
+		return strings.Join(s, ",")
+	}
+	out := []any{"policies", len(cfg.Policies), "domains", len(cfg.Domains),
+		"policies_added", list(added), "policies_removed", list(removed), "policies_changed", list(changed),
+		"domains_added", list(dadded), "domains_removed", list(dremoved)}
+	if old.Failure != cfg.Failure {
+		out = append(out, "failure_mode", cfg.Failure.Mode.String())
+	}
+	return out
+}
+
+// serveDebug serves net/http/pprof on addr until ctx ends, and returns
+// the address it listens on.
+func serveDebug(ctx context.Context, addr string, log *slog.Logger) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go srv.Serve(ln)
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	return ln.Addr().String(), nil
+}
+
+// readyzUnless answers GET (and HEAD) /readyz with 503 once unready is
+// set, and passes every other request to h.
+func readyzUnless(unready *atomic.Bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) && unready.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, `{"status":"not_ready","error":"shutting down"}`)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

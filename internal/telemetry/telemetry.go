@@ -33,6 +33,12 @@ type Metrics struct {
 	lastTry    prometheus.Gauge // when the last reload was tried, applied or not
 	lastOK     prometheus.Gauge // 1 if the last reload was applied, else 0
 	breaker    *prometheus.GaugeVec
+	requests   *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	unknownPol prometheus.Counter
+	unknownDom prometheus.Counter
+	mode       *prometheus.GaugeVec
+	build      *prometheus.GaugeVec
 }
 
 // The label names of each vector, in order: Snapshot reads them back.
@@ -42,6 +48,8 @@ var (
 	opLabels       = []string{"op"}
 	errorLabels    = []string{"op", "cause"}
 	reloadLabels   = []string{"result"}
+	requestLabels  = []string{"transport", "endpoint", "code"}
+	latencyLabels  = []string{"transport", "endpoint"}
 )
 
 // New registers floodgate's metrics on reg and returns their observer. It
@@ -93,8 +101,34 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "floodgate_store_breaker_open",
 			Help: "Whether the circuit breaker of a store node is open (1): its requests are decided by the failure policy without the store.",
 		}, []string{"node"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_requests_total",
+			Help: "Requests answered, by transport (http, grpc), endpoint (an HTTP route or a gRPC method; other for none) and code (HTTP status or gRPC code).",
+		}, requestLabels),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "floodgate_request_duration_seconds",
+			Help:    "Time from a request's arrival to its answer, by transport and endpoint.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, latencyLabels),
+		unknownPol: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_unknown_policy_requests_total",
+			Help: "Requests naming a policy the configuration does not have (the name is the client's, so it is no label).",
+		}),
+		unknownDom: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_unknown_domain_requests_total",
+			Help: "Envoy requests for a domain the configuration does not have; they are answered OK, as envoyproxy/ratelimit does.",
+		}),
+		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_failure_mode",
+			Help: "The failure mode in force (1 for it, 0 for the others): what a decision becomes when the store fails.",
+		}, []string{"mode"}),
+		build: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "floodgate_build_info",
+			Help: "1, labelled with the running build's version, VCS revision and Go version.",
+		}, []string{"version", "revision", "goversion"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads, m.lastReload, m.lastTry, m.lastOK, m.breaker} {
+	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads,
+		m.lastReload, m.lastTry, m.lastOK, m.breaker, m.requests, m.latency, m.unknownPol, m.unknownDom, m.mode, m.build} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -158,6 +192,37 @@ func nodeLabel(node string) string {
 		return "store"
 	}
 	return node
+}
+
+// Request counts one answered request and times it. endpoint and code
+// must come from bounded sets (routes, methods, status codes).
+func (m *Metrics) Request(transport, endpoint, code string, took time.Duration) {
+	m.requests.WithLabelValues(transport, endpoint, code).Inc()
+	m.latency.WithLabelValues(transport, endpoint).Observe(took.Seconds())
+}
+
+// UnknownPolicy counts a request naming no configured policy.
+func (m *Metrics) UnknownPolicy() { m.unknownPol.Inc() }
+
+// UnknownDomain counts an Envoy request for no configured domain.
+func (m *Metrics) UnknownDomain() { m.unknownDom.Inc() }
+
+// FailureMode records the failure mode in force (open, closed or
+// fallback).
+func (m *Metrics) FailureMode(mode string) {
+	for _, x := range []string{"open", "closed", "fallback"} {
+		v := 0.0
+		if x == mode {
+			v = 1
+		}
+		m.mode.WithLabelValues(x).Set(v)
+	}
+}
+
+// BuildInfo records the running build.
+func (m *Metrics) BuildInfo(version, revision, goVersion string) {
+	m.build.Reset()
+	m.build.WithLabelValues(version, revision, goVersion).Set(1)
 }
 
 // OverLimitCacheHit counts a denial answered locally.

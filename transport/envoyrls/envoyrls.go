@@ -24,6 +24,7 @@ import (
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/transport/reqlog"
 )
 
 // Server implements RateLimitServiceServer.
@@ -51,6 +52,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if err != nil {
 		return nil, grpcError(err)
 	}
+	note(ctx, r, resp)
 	return ToProto(resp), nil
 }
 
@@ -214,3 +216,25 @@ func jsonError(w http.ResponseWriter, status int, code, msg string) {
 
 // Interface guard.
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
+
+// note fills the access log line of an answered request: the domain's
+// descriptors as digests, and the overall verdict.
+func note(ctx context.Context, req rls.Request, resp rls.Response) {
+	n := reqlog.NoteOf(ctx)
+	if n == nil {
+		return
+	}
+	n.Domain = req.Domain
+	for _, d := range req.Descriptors {
+		var b strings.Builder
+		for _, e := range d.Entries {
+			b.WriteString(e.Key)
+			b.WriteByte('=')
+			b.WriteString(e.Value)
+			b.WriteByte('/')
+		}
+		n.Keys = append(n.Keys, service.KeyDigest(b.String()))
+	}
+	ok := resp.OverallCode == rls.CodeOK
+	n.Allowed = &ok
+}

@@ -30,15 +30,18 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/rlheader"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/transport/reqlog"
 	"github.com/floodgatehq/floodgate/usage"
 )
 
@@ -65,6 +68,11 @@ type Options struct {
 	// Dashboard serves the dashboard page at /dashboard. It reads
 	// /v1/stats, so it is left out without Stats.
 	Dashboard bool
+	// Requests receives every request answered, for metrics; nil means
+	// none.
+	Requests reqlog.Observer
+	// Access is the access log; its zero value writes none.
+	Access reqlog.AccessLog
 }
 
 // Handler returns the API's handler.
@@ -98,9 +106,9 @@ func Handler(svc *service.Service, o Options) http.Handler {
 		mux.Handle("/metrics", o.Metrics)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no endpoint %s; see docs/operations.md", r.URL.Path))
+		writeError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no endpoint %s; see docs/operations.md", clip(r.URL.Path)))
 	})
-	return mux
+	return a.observe(mux)
 }
 
 type api struct {
@@ -218,6 +226,9 @@ func (a *api) peek(w http.ResponseWriter, r *http.Request)  { a.decide(w, r, tru
 func (a *api) decide(w http.ResponseWriter, r *http.Request, peek bool) {
 	items, e := a.readItems(w, r)
 	if e != nil {
+		if n := reqlog.NoteOf(r.Context()); n != nil {
+			n.Problem = e.code
+		}
 		e.write(w)
 		return
 	}
@@ -230,7 +241,21 @@ func (a *api) decide(w http.ResponseWriter, r *http.Request, peek bool) {
 	}
 	if err != nil {
 		a.serviceError(w, err)
+		if n := reqlog.NoteOf(r.Context()); n != nil {
+			var re *service.RequestError
+			if errors.As(err, &re) {
+				n.Problem = re.Code
+			}
+		}
 		return
+	}
+	if n := reqlog.NoteOf(r.Context()); n != nil {
+		for i, it := range res.Items {
+			n.Policies = append(n.Policies, it.Policy.Name)
+			n.Keys = append(n.Keys, service.KeyDigest(items[i].Key))
+			n.Degraded = n.Degraded || it.Decision.Degraded
+		}
+		n.Allowed = &res.Allowed
 	}
 	out := checkResponse{Allowed: res.Allowed, Decisions: make([]decisionJSON, len(res.Items))}
 	for i, it := range res.Items {
@@ -383,11 +408,49 @@ func (a *api) keys(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) ready(w http.ResponseWriter, r *http.Request) {
+	p, breakers := a.svc.Failure()
+	body := readyJSON{Status: "ready", FailureMode: p.Mode.String(), Breakers: breakersJSON(breakers)}
+	status := http.StatusOK
 	if err := a.svc.Ready(r.Context()); err != nil {
-		writeError(w, http.StatusServiceUnavailable, "not_ready", "", err.Error())
-		return
+		body.Status, body.Error, status = "not_ready", err.Error(), http.StatusServiceUnavailable
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	writeJSON(w, status, body)
+}
+
+// readyJSON is the body of /readyz: whether the service can decide, and
+// what decides when the store cannot.
+type readyJSON struct {
+	Status      string        `json:"status"` // ready or not_ready
+	Error       string        `json:"error,omitempty"`
+	FailureMode string        `json:"failure_mode"` // what a decision becomes when the store fails
+	Breakers    []breakerJSON `json:"open_breakers"`
+}
+
+// breakerJSON is a store node whose breaker is open.
+type breakerJSON struct {
+	Node  string     `json:"node"`
+	Since *time.Time `json:"since,omitempty"`
+}
+
+// breakersJSON lists the open breakers, by node.
+func breakersJSON(bs []failure.BreakerState) []breakerJSON {
+	out := []breakerJSON{}
+	for _, b := range bs {
+		if !b.Open {
+			continue
+		}
+		j := breakerJSON{Node: b.Node}
+		if b.Node == "" {
+			j.Node = "store"
+		}
+		if !b.Since.IsZero() {
+			since := b.Since.UTC()
+			j.Since = &since
+		}
+		out = append(out, j)
+	}
+	slices.SortFunc(out, func(x, y breakerJSON) int { return strings.Compare(x.Node, y.Node) })
+	return out
 }
 
 // serviceError answers an error of the service: a *RequestError is the

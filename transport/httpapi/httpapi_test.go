@@ -401,8 +401,8 @@ func TestServiceFailures(t *testing.T) {
 		t.Errorf("reset on a failing store: %d %v %s, want 503 store_unavailable, Retry-After 1", a.status, a.header, a.raw)
 	}
 	a = api.do(t, call{method: "GET", path: "/readyz"})
-	if code, _ := errorOf(t, a); a.status != 503 || code != "not_ready" {
-		t.Errorf("readyz on a failing store: %d %s, want 503 not_ready", a.status, a.raw)
+	if a.status != 503 || a.body["status"] != "not_ready" || a.body["failure_mode"] != "open" || a.body["error"] == nil {
+		t.Errorf("readyz on a failing store: %d %s, want 503 not_ready, with the failure mode in force", a.status, a.raw)
 	}
 	// A failing store fails open (failure.mode's default): a 200, degraded,
 	// without numbers in the headers.

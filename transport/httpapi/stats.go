@@ -26,6 +26,10 @@ type storeStateJSON struct {
 	Type  string `json:"type"`
 	Ready bool   `json:"ready"`
 	Error string `json:"error,omitempty"`
+	// FailureMode is what a decision becomes when the store fails (open,
+	// closed or fallback); OpenBreakers the store nodes decided without.
+	FailureMode  string        `json:"failure_mode"`
+	OpenBreakers []breakerJSON `json:"open_breakers"`
 }
 
 type configStateJSON struct {
@@ -82,9 +86,10 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	snap := a.o.Stats()
 	cfg := a.svc.Config()
 	now := time.Now()
+	fp, breakers := a.svc.Failure()
 	out := statsJSON{
 		Time: now.UTC(), Version: a.o.Version, UptimeSeconds: now.Sub(a.started).Seconds(),
-		Store:  storeStateJSON{Type: cfg.Store.Type, Ready: true},
+		Store:  storeStateJSON{Type: cfg.Store.Type, Ready: true, FailureMode: fp.Mode.String(), OpenBreakers: breakersJSON(breakers)},
 		Config: configStateJSON{Sources: append([]string{}, cfg.Sources...), Applied: snap.Reloads.Applied, Rejected: snap.Reloads.Rejected},
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

@@ -88,9 +88,14 @@ type statsBody struct {
 	Version       string    `json:"version"`
 	UptimeSeconds float64   `json:"uptime_seconds"`
 	Store         struct {
-		Type  string `json:"type"`
-		Ready bool   `json:"ready"`
-		Error string `json:"error"`
+		Type         string `json:"type"`
+		Ready        bool   `json:"ready"`
+		Error        string `json:"error"`
+		FailureMode  string `json:"failure_mode"`
+		OpenBreakers []struct {
+			Node  string     `json:"node"`
+			Since *time.Time `json:"since"`
+		} `json:"open_breakers"`
 	} `json:"store"`
 	Config struct {
 		Sources    []string   `json:"sources"`
@@ -198,6 +203,9 @@ func TestStats(t *testing.T) {
 	}
 
 	s, raw := api.stats(t)
+	if s.Store.FailureMode != "open" || s.Store.OpenBreakers == nil || len(s.Store.OpenBreakers) != 0 {
+		t.Errorf("store state %+v: want failure mode open and no open breaker", s.Store)
+	}
 	type counts struct{ allowed, denied, shadow, degraded, cacheHits int64 }
 	want := map[string]counts{
 		"api":                 {2, 0, 0, 1, 0},

@@ -96,6 +96,9 @@ function render(s) {
   $("version").textContent = s.version || "unknown";
   $("uptime").textContent = duration(s.uptime_seconds);
   $("store").textContent = s.store.type + (s.store.ready ? "" : ": " + s.store.error);
+  const open = (s.store.open_breakers || []).map((b) => b.node);
+  $("failure-mode").textContent = "fail " + s.store.failure_mode + (open.length ? " (breaker open: " + open.join(", ") + ")" : "");
+  $("degraded-head").textContent = "degraded (fail " + s.store.failure_mode + ")";
   $("updated").textContent = now.toLocaleTimeString();
 
   const c = s.config;

@@ -208,9 +208,23 @@ func isFunctionNotFound(err error) bool {
 
 // isUnknownCommand reports whether err is a server's answer to a command
 // it does not know: FCALL before Redis 7.0, or behind a proxy that does
-// not pass it.
+// not pass it. Either way the command did not run.
 func isUnknownCommand(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "ERR unknown command")
+}
+
+// isCommandDenied reports whether err is an ACL's refusal of FCALL,
+// FCALL_RO or FUNCTION LOAD themselves, which Redis checks before the
+// command runs (an ACL that allows scripts but not functions makes the
+// store use scripts). A refusal of a command a function calls names that
+// command, and the function may have written before it: that one is not
+// matched, and its call never sent again.
+func isCommandDenied(err error) bool {
+	if err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "'fcall'") || strings.Contains(msg, "'fcall_ro'") || strings.Contains(msg, "'function|load'")
 }
 
 // isLibraryExists reports whether err is FUNCTION LOAD's answer for a

@@ -22,8 +22,9 @@
 // each other's. A call that finds its function missing (after FUNCTION
 // FLUSH, or a restart of a server without persistence) did not run: it is
 // sent again as EVAL of the same Lua as a script, and the library is
-// loaded again. On a server without functions (Redis before 7.0, or a
-// proxy that does not pass FCALL) the store switches, once and for good,
+// loaded again. On a server without functions (Redis before 7.0, a
+// proxy that does not pass FCALL, or an ACL that refuses FCALL or
+// FUNCTION but allows scripts) the store switches, once and for good,
 // to the same Lua as scripts (EVALSHA, EVAL on NOSCRIPT); that path needs
 // Redis 6.0 or later.
 //
@@ -210,10 +211,10 @@ func (s *Store) Preload(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if !isUnknownCommand(err) {
+		if !noFunctions(err) {
 			return unavailable("loading the function library", err)
 		}
-		s.scriptsOnly.Store(true) // a server before Redis 7.0
+		s.scriptsOnly.Store(true) // a server before Redis 7.0, or an ACL without functions
 	}
 	for _, a := range storekit.Algorithms() {
 		for _, sc := range scripts[a] {
@@ -406,9 +407,16 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 
 // notRun reports whether err means that the call did not run and that
 // resend can send it again: its function or script is missing, or the
-// server does not know FCALL.
+// server does not know or allow the command.
 func notRun(err error) bool {
-	return isFunctionNotFound(err) || isNoScript(err) || isUnknownCommand(err)
+	return isFunctionNotFound(err) || isNoScript(err) || noFunctions(err)
+}
+
+// noFunctions reports whether err means the server cannot run functions
+// for this store: it does not know the command (before Redis 7.0, or a
+// proxy), or its ACL refuses it.
+func noFunctions(err error) bool {
+	return isUnknownCommand(err) || isCommandDenied(err)
 }
 
 // resend sends calls that did not run again as EVAL of their script's
@@ -421,11 +429,11 @@ func (s *Store) resend(ctx context.Context, calls []*call) {
 	missing, unknown := false, false
 	for _, c := range calls {
 		missing = missing || isFunctionNotFound(c.err)
-		unknown = unknown || (c.kind == fcall || c.kind == fcallRO) && isUnknownCommand(c.err)
+		unknown = unknown || (c.kind == fcall || c.kind == fcallRO) && noFunctions(c.err)
 		c.kind = eval
 	}
 	if unknown {
-		s.scriptsOnly.Store(true) // a server before Redis 7.0: scripts from now on
+		s.scriptsOnly.Store(true) // no functions here: scripts from now on
 	}
 	if len(calls) == 1 {
 		calls[0].reply, calls[0].err = s.b.run(ctx, calls[0])

@@ -544,3 +544,61 @@ func TestServerWithoutFunctions(t *testing.T) {
 	}
 	floodgatetest.Run(t, replayHarness(c, dbsize(t, srv)))
 }
+
+// TestACLWithoutFunctions: a user whose ACL refuses FCALL, FCALL_RO and
+// FUNCTION but allows scripts gets a store that uses scripts, with
+// Preload and without it; a refusal inside a function (a command the
+// function calls) is an error, never sent again.
+func TestACLWithoutFunctions(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.WithArgs("--user", "bob", "on", ">pw", "~*", "&*", "+@all", "-fcall", "-fcall_ro", "-function"))
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "bob", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	p := floodgate.Policy{Name: "acl", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}
+
+	preloaded := newStore(t, c, redisstore.WithPrefix("pre"))
+	if err := preloaded.Preload(ctx); err != nil {
+		t.Fatalf("Preload with functions refused: %v", err)
+	}
+	for _, s := range []*redisstore.Store{preloaded, newStore(t, c, redisstore.WithPrefix("lazy"))} {
+		var got []bool
+		for i := 0; i < 3; i++ {
+			d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, d.Allowed)
+		}
+		if fmt.Sprint(got) != "[true true false]" {
+			t.Errorf("allowed %v, want [true true false]", got)
+		}
+		if d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1, Peek: true}); err != nil || d.Allowed {
+			t.Errorf("peek: %v, %v; want a denial", d, err)
+		}
+	}
+
+	// A user that may call functions but not SET: the function ran its GET
+	// and failed at its SET, so the call is not sent again.
+	if _, err := srv.Do(t, "ACL", "SETUSER", "carol", "on", ">pw", "~*", "&*", "+@all", "-set"); err != nil {
+		t.Fatal(err)
+	}
+	c2 := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "carol", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { c2.Close() })
+	s := newStore(t, c2, redisstore.WithPrefix("carol"))
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do(t, "CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1}); !errors.Is(err, floodgate.ErrUnavailable) {
+		t.Errorf("Take with SET refused: %v, want ErrUnavailable", err)
+	}
+	info, err := srv.Do(t, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, rest, ok := strings.Cut(info.(string), "cmdstat_fcall:calls="); !ok || !strings.HasPrefix(rest, "1,") || strings.Contains(info.(string), "cmdstat_eval") {
+		t.Errorf("want exactly one FCALL, not sent again\n%s", info)
+	}
+}

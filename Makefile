@@ -75,8 +75,9 @@ bench: redis
 	$(GO) run golang.org/x/perf/cmd/benchstat@latest $(BENCH_OUT)/memstore.txt > $(BENCH_OUT)/memstore.md || echo "benchstat failed: see $(BENCH_OUT)/memstore.txt"
 	cd benchmarks && $(GO) run ./redisload -mode mem > $(abspath $(BENCH_OUT))/redis-mem.md
 	cd benchmarks && $(GO) run ./redisload -mode load -duration $(LOAD_DURATION) > $(abspath $(BENCH_OUT))/redis-load.md
+	cd benchmarks && $(GO) run ./redisload -mode calls > $(abspath $(BENCH_OUT))/redis-calls.md
 	DURATION=$(DURATION) benchmarks/service.sh $(BENCH_OUT)
-	@echo "tables in $(BENCH_OUT)/: peers.md memstore.md redis-mem.md redis-load.md service.md"
+	@echo "tables in $(BENCH_OUT)/: peers.md memstore.md redis-mem.md redis-load.md redis-calls.md service.md"
 
 ## bench-mem: the memory store's benchmarks alone (fast).
 bench-mem:

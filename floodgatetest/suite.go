@@ -120,6 +120,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Concurrency", h.testConcurrency)
 	t.Run("InvalidRequests", h.testInvalid)
 	t.Run("Usage", h.testUsage)
+	t.Run("UsageExpiresWithState", h.testUsageExpires)
 	t.Run("Close", h.testClose)
 }
 
@@ -585,6 +586,54 @@ func (h *Harness) testUsage(t *testing.T) {
 	clock.SetMicros(t0 + 20_000_000 + int64(time.Hour/time.Microsecond))
 	if got := list(usage.ByRequests, 10); got != "" {
 		t.Errorf("after retention: TopKeys = %q, want none", got)
+	}
+}
+
+// testUsageExpires: usage expires with the key's state when the policy
+// sets no retention (SPEC.md, per-key usage metadata), and an add after
+// that starts it afresh instead of adding to the old totals: two adds, 1.3
+// s of quiet under a 1 s window opened by the first, one add, and the key
+// shows one request, first seen at that add.
+func (h *Harness) testUsageExpires(t *testing.T) {
+	clock := NewManualClock(time.UnixMicro(BaseMicros))
+	store := h.open(t, clock)
+	lister, ok := store.(usage.Lister)
+	if !ok {
+		t.Skip("store is not a usage.Lister")
+	}
+	ctx := context.Background()
+	p, err := floodgate.ParsePolicy(h.name("usage-expiry"), "fixed_window 100/1s align first track")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() string {
+		us, err := lister.TopKeys(ctx, p.Name, usage.ByRequests, 10)
+		if err != nil {
+			t.Fatalf("TopKeys: %v", err)
+		}
+		var b strings.Builder
+		for _, u := range us {
+			fmt.Fprintf(&b, "%s:%d/%d@%d-%d ", u.Key, u.Requests, u.Denied,
+				u.FirstSeen.UnixMicro()-BaseMicros, u.LastSeen.UnixMicro()-BaseMicros)
+		}
+		return strings.TrimSpace(b.String())
+	}
+	take(t, store, &p, "k", 1, false)
+	clock.SetMicros(BaseMicros + 100_000)
+	take(t, store, &p, "k", 1, false)
+	if got, want := list(), "k:2/0@0-100000"; got != want {
+		t.Errorf("after two adds: TopKeys = %q, want %q", got, want)
+	}
+	clock.SetMicros(BaseMicros + 1_000_000) // the window, and the usage, end
+	if got := list(); got != "" {
+		t.Errorf("at the window's end: TopKeys = %q, want none", got)
+	}
+	clock.SetMicros(BaseMicros + 1_300_000)
+	if d := take(t, store, &p, "k", 1, false); !d.Allowed || d.Remaining != 99 {
+		t.Errorf("the add after the window: %v, want allowed with 99 remaining", d)
+	}
+	if got, want := list(), "k:1/0@1300000-1300000"; got != want {
+		t.Errorf("after the window and one more add: TopKeys = %q, want %q (expired usage revived)", got, want)
 	}
 }
 

@@ -281,9 +281,11 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	}
 	p := &e.policy.Policy
 	var d floodgate.Decision
+	tracked := p.Track && !req.Peek
+	live := tracked && e.keep(now) // before the step: usage expires with the state it had
 	algo.Step(p, &e.st, now, req.N, req.Peek, &d)
-	if p.Track && !req.Peek {
-		e.track(p, now, req.N, d.Allowed)
+	if tracked {
+		e.track(p, now, req.N, d.Allowed, live)
 	}
 	sh.mu.Unlock()
 	return d, nil
@@ -346,9 +348,11 @@ func (s *Store) takeSlow(sh *shard, h uint64, req *floodgate.Request, now int64)
 		e = fresh
 	}
 	var d floodgate.Decision
+	tracked := p.Track && !req.Peek
+	live := tracked && e.keep(now)
 	algo.Step(p, &e.st, now, req.N, req.Peek, &d)
-	if p.Track && !req.Peek {
-		e.track(p, now, req.N, d.Allowed)
+	if tracked {
+		e.track(p, now, req.N, d.Allowed, live)
 	}
 	if e == fresh && (e.st.Live() || e.use != nil) {
 		s.insert(sh, h, e, now)
@@ -356,12 +360,17 @@ func (s *Store) takeSlow(sh *shard, h uint64, req *floodgate.Request, now int64)
 	return d, nil
 }
 
-// track adds one add's usage.
-func (e *entry) track(p *floodgate.Policy, now, n int64, allowed bool) {
+// track adds one add's usage. live tells whether e held anything before
+// the add (keep): usage that expired with its state, or its retention, is
+// gone even while the entry waits to be swept, and the add starts it
+// afresh (SPEC.md, per-key usage metadata).
+func (e *entry) track(p *floodgate.Policy, now, n int64, allowed, live bool) {
 	u := e.use
 	if u == nil {
 		u = &keyUsage{first: now}
 		e.use = u
+	} else if !live {
+		*u = keyUsage{first: now}
 	}
 	u.last = max(u.last, now)
 	u.retention = int64(p.Retention / time.Microsecond)

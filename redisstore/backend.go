@@ -13,16 +13,17 @@ import (
 // adapter for another client (rueidis, say) is one file. Every method
 // returns the client's errors unchanged; the store classifies them.
 type backend interface {
-	// evalSha runs a loaded script.
-	evalSha(ctx context.Context, sha string, keys []string, args []any) (any, error)
-	// eval sends a script's source (it also loads it on that node).
-	eval(ctx context.Context, src string, keys []string, args []any) (any, error)
+	// run sends one call and returns its reply.
+	run(ctx context.Context, c *call) (any, error)
+	// runBatch sends calls in one round trip per node, filling each
+	// call's reply and err.
+	runBatch(ctx context.Context, calls []*call)
+	// loadLibrary loads a function library on every master (replicas
+	// receive it from their master); a library of the same name already
+	// loaded counts as loaded.
+	loadLibrary(ctx context.Context, src string) error
 	// loadScript loads src on every master (and replica) of the client.
 	loadScript(ctx context.Context, src string) error
-	// evalBatch runs calls in one round trip per node, filling each
-	// call's reply and err: by SHA, or by source for a call with source
-	// set.
-	evalBatch(ctx context.Context, calls []*call)
 	// del deletes keys, which share one hash slot.
 	del(ctx context.Context, keys ...string) error
 	// time returns the server's clock in µs (of one master).
@@ -36,15 +37,31 @@ type backend interface {
 	hmget(ctx context.Context, keys []string, fields ...string) ([][]any, error)
 }
 
-// call is one script call of a batch.
+// callKind is how a call reaches its Lua.
+type callKind uint8
+
+const (
+	// fcall calls a function of the library (FCALL).
+	fcall callKind = iota
+	// fcallRO calls a no-writes function (FCALL_RO), which a client
+	// configured to read from replicas may send to one.
+	fcallRO
+	// evalSha calls a loaded script by its SHA-1 (EVALSHA).
+	evalSha
+	// eval sends a script's source (EVAL), which also loads it: what a call
+	// that found neither its function nor its script is sent again as.
+	eval
+)
+
+// call is one decision's command: FCALL name, EVALSHA name or EVAL src.
 type call struct {
-	sha    string
-	src    string
-	source bool // send src (EVAL) rather than sha (EVALSHA)
-	keys   []string
-	args   []any
-	reply  any
-	err    error
+	kind  callKind
+	name  string // the function's name, or the script's SHA-1
+	src   string // the script's source, for a call sent again with eval
+	keys  []string
+	args  []any
+	reply any
+	err   error
 }
 
 // goRedis adapts a go-redis v9 UniversalClient: a *redis.Client (also what
@@ -53,33 +70,60 @@ type goRedis struct {
 	c redis.UniversalClient
 }
 
-func (g goRedis) evalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
-	return g.c.EvalSha(ctx, sha, keys, args...).Result()
+func (g goRedis) run(ctx context.Context, c *call) (any, error) {
+	return g.cmd(ctx, g.c, c).Result()
 }
 
-func (g goRedis) eval(ctx context.Context, src string, keys []string, args []any) (any, error) {
-	return g.c.Eval(ctx, src, keys, args...).Result()
+// cmd queues (on a pipeline) or sends c on r.
+func (g goRedis) cmd(ctx context.Context, r redis.Cmdable, c *call) *redis.Cmd {
+	switch c.kind {
+	case fcall:
+		return r.FCall(ctx, c.name, c.keys, c.args...)
+	case fcallRO:
+		return r.FCallRO(ctx, c.name, c.keys, c.args...)
+	case evalSha:
+		return r.EvalSha(ctx, c.name, c.keys, c.args...)
+	default:
+		return r.Eval(ctx, c.src, c.keys, c.args...)
+	}
 }
 
-func (g goRedis) loadScript(ctx context.Context, src string) error {
-	// ClusterClient.ScriptLoad loads on every node.
-	return g.c.ScriptLoad(ctx, src).Err()
-}
-
-func (g goRedis) evalBatch(ctx context.Context, calls []*call) {
+func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 	pipe := g.c.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		if c.source {
-			cmds[i] = pipe.Eval(ctx, c.src, c.keys, c.args...)
-		} else {
-			cmds[i] = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
-		}
+		cmds[i] = g.cmd(ctx, pipe, c)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 	for i, c := range calls {
 		c.reply, c.err = cmds[i].Result()
 	}
+}
+
+func (g goRedis) loadLibrary(ctx context.Context, src string) error {
+	load := func(ctx context.Context, c *redis.Client) error {
+		err := c.FunctionLoad(ctx, src).Err()
+		if isLibraryExists(err) {
+			return nil
+		}
+		return err
+	}
+	if cc, ok := g.c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, load)
+	}
+	if c, ok := g.c.(*redis.Client); ok {
+		return load(ctx, c)
+	}
+	err := g.c.FunctionLoad(ctx, src).Err()
+	if isLibraryExists(err) {
+		return nil
+	}
+	return err
+}
+
+func (g goRedis) loadScript(ctx context.Context, src string) error {
+	// ClusterClient.ScriptLoad loads on every node.
+	return g.c.ScriptLoad(ctx, src).Err()
 }
 
 func (g goRedis) del(ctx context.Context, keys ...string) error {
@@ -146,8 +190,45 @@ func (g goRedis) hmget(ctx context.Context, keys []string, fields ...string) ([]
 	return rows, nil
 }
 
-// isNoScript reports whether err is Redis's NOSCRIPT: the script did not
-// run, so sending it again cannot count anything twice.
+// Errors that mean a call did not run, so that sending it again cannot
+// count anything twice.
+
+// isNoScript reports whether err is Redis's NOSCRIPT: EVALSHA of a script
+// the node does not hold.
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// isFunctionNotFound reports whether err is FCALL's answer for a function
+// the node does not hold (after FUNCTION FLUSH, or a restart of a server
+// without persistence).
+func isFunctionNotFound(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "ERR Function not found")
+}
+
+// isUnknownCommand reports whether err is a server's answer to a command
+// it does not know: FCALL before Redis 7.0, or behind a proxy that does
+// not pass it. Either way the command did not run.
+func isUnknownCommand(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "ERR unknown command")
+}
+
+// isCommandDenied reports whether err is an ACL's refusal of FCALL,
+// FCALL_RO or FUNCTION LOAD themselves, which Redis checks before the
+// command runs (an ACL that allows scripts but not functions makes the
+// store use scripts). A refusal of a command a function calls names that
+// command, and the function may have written before it: that one is not
+// matched, and its call never sent again.
+func isCommandDenied(err error) bool {
+	if err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "'fcall'") || strings.Contains(msg, "'fcall_ro'") || strings.Contains(msg, "'function|load'")
+}
+
+// isLibraryExists reports whether err is FUNCTION LOAD's answer for a
+// library name already loaded: the same name is the same source here.
+func isLibraryExists(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "already exists")
 }

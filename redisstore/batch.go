@@ -8,11 +8,13 @@ import (
 )
 
 // TakeBatch decides many requests in one pipelined round trip per node
-// (see storekit.BatchStore). Requests whose script the node did not have
-// (NOSCRIPT: not run) are sent again, those alone, with the script's
-// source (EVAL, which also loads it), so that a SCRIPT FLUSH between the
-// two round trips cannot fail them; a request whose outcome is unknown (a
-// connection error mid-pipeline) gets an error and is never sent twice.
+// (see storekit.BatchStore). Requests whose function or script the node
+// did not have ("Function not found", NOSCRIPT: not run) are sent again,
+// those alone, as EVAL of the script's source, so that a FUNCTION FLUSH or
+// SCRIPT FLUSH between the two round trips cannot fail them, and the
+// library is loaded again for the next calls; a request whose outcome is
+// unknown (a connection error mid-pipeline) gets an error and is never
+// sent twice.
 func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
 	if len(out) < len(reqs) {
 		panic("redisstore: TakeBatch: out is shorter than reqs")
@@ -24,6 +26,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		return
 	}
 	calls := make([]*call, 0, len(reqs))
+	preps := make([]*prepared, 0, len(reqs))
 	index := make([]int, 0, len(reqs))
 	for i := range reqs {
 		req := &reqs[i]
@@ -36,29 +39,24 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 			out[i] = storekit.Outcome{Err: err}
 			continue
 		}
-		calls = append(calls, &call{
-			sha:  pr.script.sha,
-			src:  pr.script.src,
-			keys: s.keys(req.Policy, pr, req.Key),
-			args: s.args(pr, req.N, req.Peek),
-		})
+		calls = append(calls, s.newCall(pr, req))
+		preps = append(preps, pr)
 		index = append(index, i)
 	}
 	if len(calls) == 0 {
 		return
 	}
-	s.b.evalBatch(ctx, calls)
+	s.b.runBatch(ctx, calls)
 
-	// Send exactly the calls that did not run again, with the source.
-	var retry []*call
+	// Send exactly the calls that did not run again.
+	var again []*call
 	for _, c := range calls {
-		if isNoScript(c.err) {
-			c.source = true
-			retry = append(retry, c)
+		if notRun(c.err) {
+			again = append(again, c)
 		}
 	}
-	if len(retry) > 0 {
-		s.b.evalBatch(ctx, retry)
+	if len(again) > 0 {
+		s.resend(ctx, again)
 	}
 	for j, c := range calls {
 		i := index[j]
@@ -66,7 +64,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 			out[i] = storekit.Outcome{Err: classify(ctx, c.err)}
 			continue
 		}
-		d, err := decode(c.reply)
+		d, err := decode(c.reply, preps[j])
 		out[i] = storekit.Outcome{Decision: d, Err: err}
 	}
 }

@@ -6,29 +6,46 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
-	"github.com/floodgatehq/floodgate/storekit"
 )
 
 func TestDecode(t *testing.T) {
-	d, err := decode([]any{int64(0), int64(10), int64(3), int64(-1), int64(2500), int64(1)})
-	want := floodgate.Decision{Limit: 10, Remaining: 3, RetryAfter: floodgate.Never, ResetAfter: 2500 * time.Microsecond, Binding: 1}
+	pr := &prepared{limits: []int64{10, 20}}
+	d, err := decode([]any{int64(2), int64(3), int64(-1), int64(2500)}, pr)
+	want := floodgate.Decision{Limit: 20, Remaining: 3, RetryAfter: floodgate.Never, ResetAfter: 2500 * time.Microsecond, Binding: 1}
+	if err != nil || d != want {
+		t.Errorf("decode = %v, %v; want %v", d, err, want)
+	}
+	d, err = decode([]any{int64(1), int64(9), int64(0), int64(100)}, pr)
+	want = floodgate.Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Microsecond}
+	if err != nil || d != want {
+		t.Errorf("decode = %v, %v; want %v", d, err, want)
+	}
+	// One integer: allowed, binding 1, remaining 7, reset 123456 µs.
+	d, err = decode(int64(1+2+32*(7+65536*123456)), pr)
+	want = floodgate.Decision{Allowed: true, Limit: 20, Remaining: 7, ResetAfter: 123456 * time.Microsecond, Binding: 1}
 	if err != nil || d != want {
 		t.Errorf("decode = %v, %v; want %v", d, err, want)
 	}
 	for _, bad := range []any{
-		nil, "OK", int64(1), []any{}, []any{int64(1)},
-		[]any{int64(1), int64(1), int64(1), int64(0), int64(0)},                            // short
-		[]any{int64(1), int64(1), int64(1), int64(0), int64(0), int64(0), int64(0)},        // long
-		[]any{"1", int64(1), int64(1), int64(0), int64(0), int64(0)},                       // a string
-		[]any{int64(2), int64(1), int64(1), int64(0), int64(0), int64(0)},                  // allowed 2
-		[]any{int64(1), int64(1), int64(-5), int64(0), int64(0), int64(0)},                 // remaining < 0
-		[]any{int64(0), int64(1), int64(1), int64(-2), int64(0), int64(0)},                 // retry < -1
-		[]any{int64(0), int64(1), int64(1), int64(0), int64(-1), int64(0)},                 // reset < 0
-		[]any{int64(0), int64(1), int64(1), int64(0), int64(0), int64(storekit.MaxLimits)}, // binding out of range
-		[]any{int64(0), int64(1), int64(1), int64(0), int64(0), nil},
-		[]any{int64(0), int64(1), int64(1), int64(0), int64(0), 1.5},
+		nil, "OK", []any{}, []any{int64(1)},
+		int64(0),                       // one integer: denied
+		int64(-1),                      // negative
+		int64(1 << 53),                 // beyond a double's integers
+		int64(1 + 4 + 32*(7+65536*12)), // binding 2 of 2 limits
+		[]any{int64(0), int64(1), int64(0), int64(5)},           // denied without a retry
+		[]any{int64(1), int64(1), int64(0)},                     // short
+		[]any{int64(1), int64(1), int64(0), int64(0), int64(0)}, // long
+		[]any{"1", int64(1), int64(0), int64(0)},                // a string
+		[]any{int64(-1), int64(1), int64(0), int64(0)},          // code < 0
+		[]any{int64(4), int64(1), int64(0), int64(0)},           // binding 2 of 2 limits
+		[]any{int64(1), int64(-5), int64(0), int64(0)},          // remaining < 0
+		[]any{int64(0), int64(1), int64(-2), int64(0)},          // retry < -1
+		[]any{int64(1), int64(1), int64(5), int64(0)},           // allowed with a retry
+		[]any{int64(0), int64(1), int64(0), int64(-1)},          // reset < 0
+		[]any{int64(0), int64(1), int64(0), nil},
+		[]any{int64(0), int64(1), int64(0), 1.5},
 	} {
-		if _, err := decode(bad); !errors.Is(err, floodgate.ErrUnavailable) {
+		if _, err := decode(bad, pr); !errors.Is(err, floodgate.ErrUnavailable) {
 			t.Errorf("decode(%#v) = %v, want ErrUnavailable", bad, err)
 		}
 	}
@@ -37,13 +54,14 @@ func TestDecode(t *testing.T) {
 // FuzzDecode: no reply, however odd, makes decode panic; what it accepts
 // is a well-formed decision.
 func FuzzDecode(f *testing.F) {
-	f.Add(int64(1), int64(10), int64(3), int64(0), int64(100), int64(0), uint8(6), uint8(0))
-	f.Add(int64(0), int64(10), int64(0), int64(-1), int64(0), int64(2), uint8(6), uint8(3))
-	f.Fuzz(func(t *testing.T, a, b, c, d, e, g int64, n, kind uint8) {
-		vals := []int64{a, b, c, d, e, g}
+	f.Add(int64(1), int64(10), int64(0), int64(100), uint8(4), uint8(0))
+	f.Add(int64(2), int64(0), int64(-1), int64(0), uint8(4), uint8(3))
+	pr := &prepared{limits: []int64{10, 20, 30}}
+	f.Fuzz(func(t *testing.T, a, b, c, d int64, n, kind uint8) {
+		vals := []int64{a, b, c, d}
 		reply := make([]any, 0, 8)
-		for i := 0; i < int(n%9); i++ {
-			var v any = vals[i%6]
+		for i := 0; i < int(n%7); i++ {
+			var v any = vals[i%4]
 			switch (int(kind) + i) % 5 {
 			case 1:
 				v = "x"
@@ -54,15 +72,20 @@ func FuzzDecode(f *testing.F) {
 			}
 			reply = append(reply, v)
 		}
-		dec, err := decode(reply)
+		var r any = reply
+		if kind%7 == 6 {
+			r = a // one integer
+		}
+		dec, err := decode(r, pr)
 		if err != nil {
 			if !errors.Is(err, floodgate.ErrUnavailable) {
 				t.Fatalf("decode error %v does not wrap ErrUnavailable", err)
 			}
 			return
 		}
-		if dec.Remaining < 0 || dec.ResetAfter < 0 || dec.RetryAfter < 0 || dec.Binding < 0 {
-			t.Fatalf("decode accepted %v as %v", reply, dec)
+		if dec.Remaining < 0 || dec.ResetAfter < 0 || dec.RetryAfter < 0 || dec.Binding < 0 || int(dec.Binding) >= len(pr.limits) ||
+			dec.Allowed && dec.RetryAfter != 0 || dec.Limit != pr.limits[dec.Binding] {
+			t.Fatalf("decode accepted %v as %v", r, dec)
 		}
 	})
 }

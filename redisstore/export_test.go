@@ -1,36 +1,30 @@
 package redisstore
 
-import (
-	"context"
+import "github.com/floodgatehq/floodgate/storekit"
 
-	"github.com/floodgatehq/floodgate"
-	"github.com/floodgatehq/floodgate/storekit"
-)
+// WithScripts makes the store call scripts (EVALSHA) as on a server
+// without Redis Functions, so that tests on Redis 7 cover that path too.
+func WithScripts() Option {
+	return func(s *Store) error {
+		s.scriptsOnly.Store(true)
+		return nil
+	}
+}
 
-// ScriptSHAs returns the SHA-1 of every script, for checks that scripts are
-// loaded on every node.
+// LibraryName returns the name of the function library, for checks of
+// what each node holds.
+func LibraryName() string { return library.name }
+
+// ScriptSHAs returns the SHA-1 of every script of the EVALSHA path.
 func ScriptSHAs() []string {
 	var out []string
 	for _, a := range storekit.Algorithms() {
-		out = append(out, scripts[a].sha)
+		for _, sc := range scripts[a] {
+			out = append(out, sc.sha)
+		}
 	}
 	return out
 }
 
-// TakeWith decides req as Take does, but with the script src (the prelude
-// and an algorithm's file, as sent to EVAL) instead of the store's own: an
-// earlier version of the store, for upgrade tests.
-func TakeWith(ctx context.Context, s *Store, src string, req floodgate.Request) (floodgate.Decision, error) {
-	if err := storekit.CheckRequest(&req, s.maxKeyLen); err != nil {
-		return floodgate.Decision{}, err
-	}
-	pr, err := s.prepare(req.Policy)
-	if err != nil {
-		return floodgate.Decision{}, err
-	}
-	reply, err := s.b.eval(ctx, src, s.keys(req.Policy, pr, req.Key), s.args(pr, req.N, req.Peek))
-	if err != nil {
-		return floodgate.Decision{}, classify(ctx, err)
-	}
-	return decode(reply)
-}
+// LibrarySource returns the function library's source, for measurements.
+func LibrarySource() string { return library.src }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/redisstore"
 	"github.com/floodgatehq/floodgate/storekit"
@@ -203,5 +204,67 @@ func TestMaxKeyLen(t *testing.T) {
 	_, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: strings.Repeat("b", 65), N: 1})
 	if err == nil || !strings.Contains(err.Error(), "65 bytes exceeds the maximum of 64") || strings.Contains(err.Error(), "bbbb") {
 		t.Errorf("a key of 65 bytes: %v", err)
+	}
+}
+
+// TestStateEncoding: each one-string algorithm keeps one encoding, fixed
+// fields of one size whatever the state (common.lua and each algorithm's
+// file describe it), stored as an embstr: one allocation of the object
+// header and the bytes (Redis keeps strings of up to 44 bytes that way),
+// 48 bytes for gcra and fixed_window. That the states decide as memstore's
+// do is the differential tests' to check; this test pins the bytes.
+func TestStateEncoding(t *testing.T) {
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros + 123_456))
+			s := newStore(t, client(t, srv), append(path.opts, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour))...)
+			ctx := context.Background()
+			for _, tc := range []struct {
+				policy string
+				part   string
+				length int64
+				steps  []int64 // clock steps before each add of 1, µs
+			}{
+				{"gcra 10/1h burst 1000000", "gc", 28, []int64{0, 5, 800_000_000}},
+				{"gcra 3/1s burst 5", "gc", 28, []int64{0, 1, 1}}, // T is not whole µs
+				{"fixed_window 1000000000/1h align first", "fw", 24, []int64{0, 7, 3_600_000_000}},
+				{"fixed_window 1000000000/1h", "fw", 24, []int64{0, 7}},
+				{"token_bucket 100/1h burst 10", "tb", 35, []int64{0, 7, 3_600_000_000}},
+				{"ar1 10/1s decay 2", "ar", 32, []int64{0, 7, 3_000_000}},
+				{"ar1 10/1s decay 2, 100/1m decay 1.5", "ar", 56, []int64{0, 7}},
+			} {
+				p, err := floodgate.ParsePolicy("c", tc.policy)
+				if err != nil {
+					t.Fatal(err)
+				}
+				key := fmt.Sprintf("k%d", len(tc.policy))
+				redisKey := "fg:{c:" + key + "}:" + tc.part
+				for i, dus := range tc.steps {
+					clock.Advance(time.Duration(dus) * time.Microsecond)
+					if d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: key, N: 1}); err != nil || !d.Allowed {
+						t.Fatalf("%s step %d: %v, %v", tc.policy, i, d, err)
+					}
+					enc, err := srv.Do(t, "OBJECT", "ENCODING", redisKey)
+					if err != nil {
+						t.Fatal(err)
+					}
+					length, err := srv.Do(t, "STRLEN", redisKey)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := "embstr"
+					if tc.length > 44 {
+						want = "raw"
+					}
+					if enc != want || length != tc.length {
+						t.Errorf("%s step %d: stored as %v of %v bytes, want %s of %d", tc.policy, i, enc, length, want, tc.length)
+					}
+				}
+				if err := s.Reset(ctx, &p, key); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,9 +21,10 @@ import (
 	"github.com/floodgatehq/floodgate/storekit"
 )
 
-// hammer runs goroutines on clients (round robin) deciding cost 1 for one
-// key until d has passed, and returns every decision.
-func hammer(t *testing.T, stores []*redisstore.Store, p *floodgate.Policy, key string, goroutines int, d time.Duration) []floodgate.Decision {
+// hammer runs goroutines on stores (round robin) deciding cost 1 for one
+// key, each until it has made perGoroutine requests (perGoroutine > 0) or,
+// with perGoroutine 0, until d has passed, and returns every decision.
+func hammer(t *testing.T, stores []*redisstore.Store, p *floodgate.Policy, key string, goroutines, perGoroutine int, d time.Duration) []floodgate.Decision {
 	t.Helper()
 	var mu sync.Mutex
 	var all []floodgate.Decision
@@ -34,7 +36,7 @@ func hammer(t *testing.T, stores []*redisstore.Store, p *floodgate.Policy, key s
 		go func(s *redisstore.Store) {
 			defer wg.Done()
 			var mine []floodgate.Decision
-			for time.Now().Before(stop) {
+			for i := 0; perGoroutine > 0 && i < perGoroutine || perGoroutine == 0 && time.Now().Before(stop); i++ {
 				dec, err := s.Take(context.Background(), floodgate.Request{Policy: p, Key: key, N: 1})
 				if err != nil {
 					failed.Store(err)
@@ -65,10 +67,34 @@ func serverMicros(t *testing.T, srv *redistest.Server) int64 {
 	return sec*1_000_000 + usec
 }
 
+// admissions returns the cost admitted among ds and how many admitted
+// decisions saw each remaining value.
+func admissions(ds []floodgate.Decision) (int64, map[int64]int) {
+	var admitted int64
+	byRemaining := map[int64]int{}
+	for _, d := range ds {
+		if d.Allowed {
+			admitted++
+			byRemaining[d.Remaining]++
+		}
+	}
+	return admitted, byRemaining
+}
+
 // TestConcurrentClients: 8 clients × 32 goroutines on one key, on the
-// server's clock. Admitted cost never exceeds what SPEC.md allows for the
-// elapsed time; fixed_window, sliding_window and sliding_log admit exactly
-// max per window while demand exceeds it.
+// server's clock. Nothing it asserts depends on how fast the machine runs
+// them.
+//
+// In one window: 2,048 requests, far more than any max, for policies
+// whose window outlasts any run: the window-counting algorithms admit
+// exactly max, each remaining value from max-1 down to 0 once; the
+// rate-based ones at least what a fresh key holds (burst, max) and at most
+// what SPEC.md allows for the elapsed time.
+//
+// Across windows: hammering for a while with short windows admits at
+// most what SPEC.md allows for the elapsed time, and a fixed window's
+// admissions count down within each window, so no remaining value is seen
+// more often than a higher one.
 func TestConcurrentClients(t *testing.T) {
 	srv := redistest.StartServer(t)
 	var stores []*redisstore.Store
@@ -77,143 +103,202 @@ func TestConcurrentClients(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		stores = append(stores, newStore(t, c))
 	}
-	run := 2 * time.Second
+	parse := func(i int, text string) floodgate.Policy {
+		p, err := floodgate.ParsePolicy(fmt.Sprintf("conc%d", i), text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	for i, tc := range []struct {
+		text  string
+		exact bool  // exactly max admitted, remaining max-1 … 0 once each
+		least int64 // else at least this many
+	}{
+		{"fixed_window 40/1h align first", true, 0},
+		{"sliding_window 40/1h resolution 1m", true, 0},
+		{"sliding_log 40/1h count_denied false", true, 0},
+		{"sliding_log 40/1h", true, 0}, // count_denied by default: the denials change nothing admitted
+		{"token_bucket 40/1h burst 10", false, 10},
+		{"gcra 100/1s burst 10", false, 10},
+		{"ar1 30/100ms decay 2", false, 30},
+	} {
+		p := parse(i, tc.text)
+		first := serverMicros(t, srv)
+		ds := hammer(t, stores, &p, "one", 256, 8, 0)
+		last := serverMicros(t, srv)
+		admitted, byRemaining := admissions(ds)
+		bound := floodgatetest.MaxAdmitted(&p, 1, first, last)
+		t.Logf("one window: %-40s %5d decisions, %4d admitted, SPEC bound %d", p.String(), len(ds), admitted, bound)
+		if len(ds) != 2048 {
+			t.Fatalf("%s: %d decisions, want 2048", p.String(), len(ds))
+		}
+		if admitted > bound {
+			t.Errorf("%s: admitted %d over %v; SPEC.md allows at most %d", p.String(), admitted, time.Duration(last-first)*time.Microsecond, bound)
+		}
+		if !tc.exact {
+			if admitted < tc.least {
+				t.Errorf("%s: admitted %d; a fresh key admits at least %d", p.String(), admitted, tc.least)
+			}
+			continue
+		}
+		max := p.Max
+		if p.Algorithm == floodgate.SlidingWindow {
+			max = int64(p.Limits[0].Max)
+		}
+		if admitted != max {
+			t.Errorf("%s: admitted %d of 2048 in one window; want exactly %d", p.String(), admitted, max)
+		}
+		for r := int64(0); r < max; r++ {
+			if byRemaining[r] != 1 {
+				t.Errorf("%s: remaining %d seen %d times; want once (%v)", p.String(), r, byRemaining[r], byRemaining)
+				break
+			}
+		}
+	}
+
+	run := time.Second
 	if testing.Short() {
-		run = 500 * time.Millisecond
+		run = 300 * time.Millisecond
 	}
 	for i, text := range []string{
 		"fixed_window 40/250ms",
 		"sliding_window 40/500ms resolution 50ms",
 		"sliding_log 40/250ms count_denied false",
-		"sliding_log 40/250ms", // count_denied by default: hammering keeps it blocked
+		"sliding_log 40/250ms",
 		"token_bucket 40/250ms burst 10",
 		"gcra 100/1s burst 10",
 		"ar1 30/100ms decay 2",
 	} {
-		p, err := floodgate.ParsePolicy(fmt.Sprintf("conc%d", i), text)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := parse(100+i, text)
 		first := serverMicros(t, srv)
-		ds := hammer(t, stores, &p, "hot", 256, run)
+		ds := hammer(t, stores, &p, "hot", 256, 0, run)
 		last := serverMicros(t, srv)
-		var admitted int64
-		byRemaining := map[int64]int{}
-		for _, d := range ds {
-			if d.Allowed {
-				admitted++
-				byRemaining[d.Remaining]++
-			}
-		}
+		admitted, byRemaining := admissions(ds)
 		bound := floodgatetest.MaxAdmitted(&p, 1, first, last)
-		t.Logf("%-40s %6d decisions, %5d admitted, SPEC bound %d", p.String(), len(ds), admitted, bound)
+		t.Logf("windows:    %-40s %5d decisions, %4d admitted, SPEC bound %d", p.String(), len(ds), admitted, bound)
 		if admitted > bound {
 			t.Errorf("%s: admitted %d over %v; SPEC.md allows at most %d", p.String(), admitted, time.Duration(last-first)*time.Microsecond, bound)
 		}
-		if int64(len(ds)) < 3*bound {
-			t.Errorf("%s: only %d decisions for a bound of %d: demand did not exceed the limit", p.String(), len(ds), bound)
-		}
-		if p.Algorithm == floodgate.SlidingLog && storekit.CountsDenied(&p) {
-			// Every denied attempt is recorded: the log never empties while
-			// 256 goroutines hammer, so only the first max pass.
-			if admitted != p.Max {
-				t.Errorf("%s: %d admitted while hammered; want exactly the first %d", p.String(), admitted, p.Max)
-			}
-			continue
-		}
-		switch p.Algorithm {
-		case floodgate.FixedWindow:
-			// Each window's admissions see every remaining value from max-1
-			// down to 0 exactly once: equal counts mean exactly max per window
-			// (the last window may be cut short by the end of the run).
-			windows := byRemaining[0]
-			for r := int64(0); r < p.Max; r++ {
-				if c := byRemaining[r]; c < windows || c > windows+1 {
-					t.Errorf("%s: remaining %d seen %d times, remaining 0 %d times: not exactly %d per window (%v)", p.String(), r, c, windows, p.Max, byRemaining)
+		if p.Algorithm == floodgate.FixedWindow {
+			// A window that admitted k saw remaining max-1 down to max-k.
+			for r := int64(0); r+1 < p.Max; r++ {
+				if byRemaining[r] > byRemaining[r+1] {
+					t.Errorf("%s: remaining %d seen %d times, remaining %d only %d: a window did not count down (%v)", p.String(), r, byRemaining[r], r+1, byRemaining[r+1], byRemaining)
 					break
 				}
 			}
-		case floodgate.SlidingWindow, floodgate.SlidingLog:
-			// Rolling windows admit as old cost expires: while demand exceeds
-			// the limit, the total stays within one window's max of the bound.
-			max := p.Max
-			if p.Algorithm == floodgate.SlidingWindow {
-				max = int64(p.Limits[0].Max)
-			}
-			if admitted < bound-max {
-				t.Errorf("%s: admitted %d, below the bound %d less one window (%d): the limiter held back", p.String(), admitted, bound, max)
+			if byRemaining[p.Max] != 0 {
+				t.Errorf("%s: an admission left the whole max remaining", p.String())
 			}
 		}
 	}
 }
 
-// TestScriptFlushUnderLoad: SCRIPT FLUSH during a load run: decisions go on
-// (the script is sent again on NOSCRIPT, which means it did not run), and
+// TestFlushUnderLoad: FUNCTION FLUSH and SCRIPT FLUSH during a load run,
+// on both paths: decisions go on (a call whose function or script is
+// missing did not run, and is sent again with the script's source), and
 // nothing is counted twice: the count in Redis equals the adds that
-// succeeded, single and batched.
-func TestScriptFlushUnderLoad(t *testing.T) {
-	srv := redistest.StartServer(t)
-	s := newStore(t, client(t, srv))
-	p := floodgate.Policy{Name: "flush", Algorithm: floodgate.FixedWindow, Max: floodgate.MaxCost, Window: time.Hour}
-	ctx := context.Background()
-	var ok, failed atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := 0; g < 16; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			reqs := make([]floodgate.Request, 8)
-			out := make([]storekit.Outcome, 8)
-			for i := range reqs {
-				reqs[i] = floodgate.Request{Policy: &p, Key: "k", N: 1}
-			}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if g%2 == 0 {
-					if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1}); err != nil {
-						failed.Add(1)
-					} else {
-						ok.Add(1)
+// succeeded, single and batched. Peeks run meanwhile and fail neither.
+// The library is back once the run is over.
+func TestFlushUnderLoad(t *testing.T) {
+	for _, tc := range []struct {
+		path    string
+		opts    []redisstore.Option
+		flushes [][]string
+	}{
+		{"Functions", nil, [][]string{{"FUNCTION", "FLUSH"}, {"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}}},
+		{"Scripts", []redisstore.Option{redisstore.WithScripts()}, [][]string{{"SCRIPT", "FLUSH"}}},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			s := newStore(t, client(t, srv), tc.opts...)
+			p := floodgate.Policy{Name: "flush", Algorithm: floodgate.FixedWindow, Max: floodgate.MaxCost, Window: time.Hour}
+			ctx := context.Background()
+			var ok, failed, peeks atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := 0; g < 16; g++ {
+				wg.Add(1)
+				go func(g int) {
+					defer wg.Done()
+					reqs := make([]floodgate.Request, 8)
+					out := make([]storekit.Outcome, 8)
+					for i := range reqs {
+						reqs[i] = floodgate.Request{Policy: &p, Key: "k", N: 1}
 					}
-					continue
-				}
-				s.TakeBatch(ctx, reqs, out)
-				for _, r := range out {
-					if r.Err != nil {
-						failed.Add(1)
-					} else {
-						ok.Add(1)
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						switch g % 4 {
+						case 0, 1:
+							if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1}); err != nil {
+								failed.Add(1)
+							} else {
+								ok.Add(1)
+							}
+						case 2:
+							s.TakeBatch(ctx, reqs, out)
+							for _, r := range out {
+								if r.Err != nil {
+									failed.Add(1)
+								} else {
+									ok.Add(1)
+								}
+							}
+						case 3:
+							if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1, Peek: true}); err != nil {
+								failed.Add(1)
+							} else {
+								peeks.Add(1)
+							}
+						}
 					}
+				}(g)
+			}
+			for i := 0; i < 12; i++ {
+				time.Sleep(40 * time.Millisecond)
+				if _, err := srv.Do(t, tc.flushes[i%len(tc.flushes)]...); err != nil {
+					t.Fatal(err)
 				}
 			}
-		}(g)
-	}
-	for i := 0; i < 10; i++ {
-		time.Sleep(50 * time.Millisecond)
-		if _, err := srv.Do(t, "SCRIPT", "FLUSH"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	close(stop)
-	wg.Wait()
-	// A peek reads the count whatever form the state is stored in: its
-	// remaining is what is left after the add of 1 it previews.
-	d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1, Peek: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	count := p.Max - d.Remaining - 1
-	t.Logf("%d adds succeeded, %d failed; Redis counted %d", ok.Load(), failed.Load(), count)
-	if failed.Load() != 0 {
-		t.Errorf("%d decisions failed across SCRIPT FLUSH", failed.Load())
-	}
-	if count != ok.Load() {
-		t.Errorf("Redis counted %d, but %d adds succeeded: counted twice or lost", count, ok.Load())
+			time.Sleep(40 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			// A peek reads the count: its remaining is what is left after
+			// the add of 1 it previews.
+			d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1, Peek: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			count := p.Max - d.Remaining - 1
+			t.Logf("%d adds succeeded, %d peeks, %d calls failed; Redis counted %d", ok.Load(), peeks.Load(), failed.Load(), count)
+			if failed.Load() != 0 {
+				t.Errorf("%d decisions failed across the flushes", failed.Load())
+			}
+			if count != ok.Load() {
+				t.Errorf("Redis counted %d, but %d adds succeeded: counted twice or lost", count, ok.Load())
+			}
+			// The flushes did hit calls: some were sent again by EVAL.
+			stats, err := srv.Do(t, "INFO", "commandstats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(stats.(string), "cmdstat_eval:calls=") {
+				t.Errorf("no call was sent again with EVAL: the flushes did not test anything\n%s", stats)
+			}
+			if tc.opts == nil {
+				// The last flush was followed by calls: the library is back.
+				libs, err := srv.Do(t, "FUNCTION", "LIST", "LIBRARYNAME", redisstore.LibraryName())
+				if err != nil || len(libs.([]any)) != 1 {
+					t.Errorf("after the run, FUNCTION LIST = %v, %v; want the library reloaded", libs, err)
+				}
+			}
+		})
 	}
 }
 
@@ -272,7 +357,9 @@ func TestServerDownUnderLoad(t *testing.T) {
 	if unavailable.Load() == 0 || other.Load() != 0 {
 		t.Errorf("with the server down: %d ErrUnavailable, %d other errors", unavailable.Load(), other.Load())
 	}
-	if max := time.Duration(slowest.Load()); max > deadline+50*time.Millisecond {
+	// The deadline bounds every call: none waits for the client's own
+	// timeouts (seconds). The second of slack is for a loaded machine.
+	if max := time.Duration(slowest.Load()); max > deadline+time.Second {
 		t.Errorf("a call took %v with a deadline of %v", max, deadline)
 	}
 

@@ -5,16 +5,41 @@
 //
 // # How a decision is made
 //
-// Each decision is one Lua script call (EVALSHA, with one reload on
-// NOSCRIPT), the Lua twin of floodgate's Go algorithm, reading the server's
-// clock (TIME) and writing the key's state in one atomic step. All keys of
-// one (policy, key) share one hash tag:
+// Each decision is one call of a Redis function (FCALL; FCALL_RO for a
+// peek), the Lua twin of floodgate's Go algorithm, reading the server's
+// clock (TIME, unless WithClock gives the time) and writing the key's state
+// in one atomic step. All keys of one (policy, key) share one hash tag:
 //
 //	<prefix>:{<policy>:<key>}:<part>
 //
 // so each decision touches a single Redis Cluster slot. Every key written
 // carries a TTL of the state's own horizon (rounded up to the millisecond).
-// Scripts are loaded on every node by Preload and reloaded on NOSCRIPT.
+//
+// The functions form one library, loaded once per master by Preload (or
+// by the first call that finds it missing); replicas receive it from
+// their masters. Its name and its functions' names carry a digest of its
+// source, so two versions of floodgate sharing one Redis do not replace
+// each other's. A call that finds its function missing (after FUNCTION
+// FLUSH, or a restart of a server without persistence) did not run: it is
+// sent again as EVAL of the same Lua as a script, and the library is
+// loaded again. On a server without functions (Redis before 7.0, a
+// proxy that does not pass FCALL, or an ACL that refuses FCALL or
+// FUNCTION but allows scripts) the store switches, once and for good,
+// to the same Lua as scripts (EVALSHA, EVAL on NOSCRIPT); that path needs
+// Redis 6.0 or later.
+//
+// # Reading from replicas
+//
+// A peek writes nothing, so it is an FCALL_RO of a function registered
+// with the no-writes flag, which go-redis counts as a read-only command
+// (COMMAND INFO flags it readonly). A client built to read from replicas
+// (ClusterOptions.ReadOnly, with RouteRandomly or RouteByLatency if
+// wanted; for Sentinel, FailoverOptions.ReplicaOnly or RouteRandomly with
+// NewFailoverClusterClient) then sends peeks to replicas and adds to the
+// masters. A replica lags its master: a peek served by one may see a count
+// from a moment ago, so it can answer "allowed" where the master would
+// deny, or report more remaining. Adds are never affected. On the script
+// path peeks go to the masters.
 //
 // # Retries
 //
@@ -33,9 +58,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,8 +88,10 @@ type Store struct {
 	hashKey   []byte // nil: keys as given
 	minTTL    int64  // µs
 
-	prepared *storekit.Cache[*prepared] // by policy, bounded
-	closed   atomic.Bool
+	prepared    *storekit.Cache[*prepared] // by policy, bounded
+	scriptsOnly atomic.Bool                // no functions (Redis < 7.0): EVALSHA
+	reloading   sync.Mutex                 // held by the goroutine reloading the library
+	closed      atomic.Bool
 }
 
 // Option configures a Store.
@@ -168,13 +199,28 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Preload loads every script on every node, so that pipelined batches find
-// them. Decisions load a missing script themselves (on NOSCRIPT), so
-// Preload is an optimisation and a readiness check.
+// Preload loads the function library on every master (Redis ≥ 7.0;
+// replicas receive it from their masters), or, on a server without
+// functions, every script on every node, so that pipelined batches find
+// them. Decisions load what is missing themselves (on "Function not
+// found" or NOSCRIPT, which mean the call did not run), so Preload is an
+// optimisation and a readiness check.
 func (s *Store) Preload(ctx context.Context) error {
+	if !s.scriptsOnly.Load() {
+		err := s.b.loadLibrary(ctx, library.src)
+		if err == nil {
+			return nil
+		}
+		if !noFunctions(err) {
+			return unavailable("loading the function library", err)
+		}
+		s.scriptsOnly.Store(true) // a server before Redis 7.0, or an ACL without functions
+	}
 	for _, a := range storekit.Algorithms() {
-		if err := s.b.loadScript(ctx, scripts[a].src); err != nil {
-			return unavailable("loading scripts", err)
+		for _, sc := range scripts[a] {
+			if err := s.b.loadScript(ctx, sc.src); err != nil {
+				return unavailable("loading scripts", err)
+			}
 		}
 	}
 	return nil
@@ -195,15 +241,20 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// prepared is what a validated policy needs for every call: its script, the
-// key parts and the script's parameters, built once.
+// prepared is what a validated policy needs for every call, derived once
+// by prepare: the Lua it runs, its key parts, its parameter string and
+// the limit each binding index stands for.
 type prepared struct {
-	script *script
-	parts  []string // after "}:": the state keys
-	params []any    // ARGV[8…]
-	common [5]any   // ARGV[4…7] minus the clock: count_denied, track, retention
+	fns     [2]string  // the library's functions: decide, peek
+	scripts [2]*script // the scripts of servers without functions
+	parts   []string   // after "}:": the state keys
+	track   bool       // the usage hash follows the state keys
+	params  string     // args[1]: the parameters, the same for every call
+	limits  []int64    // Decision.Limit by binding index
 }
 
+// prepare returns what p needs for every call, validating p the first
+// time (through the prepared cache, keyed by the policy's identity).
 func (s *Store) prepare(p *floodgate.Policy) (*prepared, error) {
 	e, err := s.prepared.Get(p)
 	if err != nil {
@@ -212,53 +263,63 @@ func (s *Store) prepare(p *floodgate.Policy) (*prepared, error) {
 	return e.Value, nil
 }
 
-// derive builds what a valid policy needs for every call (the prepared
-// cache calls it once per policy).
+// derive builds what a valid policy needs for every call: the one place
+// where a policy's function names, scripts, key parts and parameters are
+// derived (the prepared cache calls it once per policy).
 func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
-	sc, err := scriptFor(p.Algorithm)
-	if err != nil {
-		return nil, err
+	fns, ok := library.fns[p.Algorithm]
+	if !ok {
+		return nil, fmt.Errorf("%w: no script for algorithm %s", floodgate.ErrInvalidPolicy, p.Algorithm)
 	}
 	us := func(d time.Duration) string { return strconv.FormatInt(int64(d/time.Microsecond), 10) }
 	num := func(n int64) string { return strconv.FormatInt(n, 10) }
 	flt := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
-	pr := &prepared{script: sc}
-	switch p.Algorithm {
-	case floodgate.FixedWindow:
-		pr.parts = []string{"fw"}
-		align := string(floodgate.AlignEpoch)
-		if p.Align == floodgate.AlignFirst {
-			align = string(floodgate.AlignFirst)
-		}
-		pr.params = []any{num(p.Max), us(p.Window), align}
-	case floodgate.GCRA:
-		pr.parts = []string{"gc"}
-		pr.params = []any{num(p.Max), us(p.Window), num(p.Burst)}
-	case floodgate.TokenBucket:
-		pr.parts = []string{"tb"}
-		pr.params = []any{num(p.Max), us(p.Window), num(p.Burst)}
-	case floodgate.AR1:
-		pr.parts = []string{"ar"}
-		for _, l := range p.Limits {
-			pr.params = append(pr.params, flt(l.Max), flt(l.Decay), us(l.Resolution))
-		}
-	case floodgate.SlidingWindow:
-		pr.parts = []string{"sw"}
-		for i, l := range p.Limits {
-			pr.parts = append(pr.parts, "sw"+strconv.Itoa(i+1))
-			pr.params = append(pr.params, num(int64(l.Max)), us(l.Window), us(l.Resolution))
-		}
-	case floodgate.SlidingLog:
-		pr.parts = []string{"sl", "sl1"}
-		pr.params = []any{num(p.Max), us(p.Window), us(p.MinInterval)}
-	}
 	flag := func(b bool) string {
 		if b {
 			return "1"
 		}
 		return "0"
 	}
-	pr.common = [5]any{flag(storekit.CountsDenied(p)), flag(p.Track), us(p.Retention), strconv.FormatInt(s.minTTL, 10)}
+	pr := &prepared{fns: fns, scripts: scripts[p.Algorithm], track: p.Track}
+	// The common fields (common.lua), then the algorithm's (its file).
+	var tag string
+	var params []string
+	switch p.Algorithm {
+	case floodgate.FixedWindow:
+		tag, pr.parts = "fw", []string{"fw"}
+		align := string(floodgate.AlignEpoch)
+		if p.Align == floodgate.AlignFirst {
+			align = string(floodgate.AlignFirst)
+		}
+		params = []string{num(p.Max), us(p.Window), align}
+		pr.limits = []int64{p.Max}
+	case floodgate.GCRA:
+		tag, pr.parts = "gc", []string{"gc"}
+		params = []string{num(p.Max), us(p.Window), num(p.Burst)}
+		pr.limits = []int64{p.Max}
+	case floodgate.TokenBucket:
+		tag, pr.parts = "tb", []string{"tb"}
+		params = []string{num(p.Max), us(p.Window), num(p.Burst)}
+		pr.limits = []int64{p.Max}
+	case floodgate.AR1:
+		tag, pr.parts = "ar", []string{"ar"}
+		for _, l := range p.Limits {
+			params = append(params, flt(l.Max), flt(l.Decay), us(l.Resolution))
+			pr.limits = append(pr.limits, int64(l.Max))
+		}
+	case floodgate.SlidingWindow:
+		tag, pr.parts = "sw", []string{"sw"}
+		for i, l := range p.Limits {
+			pr.parts = append(pr.parts, "sw"+strconv.Itoa(i+1))
+			params = append(params, num(int64(l.Max)), us(l.Window), us(l.Resolution))
+			pr.limits = append(pr.limits, int64(l.Max))
+		}
+	case floodgate.SlidingLog:
+		tag, pr.parts = "sl", []string{"sl", "sl1"}
+		params = []string{num(p.Max), us(p.Window), us(p.MinInterval)}
+		pr.limits = []int64{p.Max}
+	}
+	pr.params = strings.Join(append([]string{tag, flag(storekit.CountsDenied(p)), flag(p.Track), us(p.Retention), num(s.minTTL)}, params...), " ")
 	return pr, nil
 }
 
@@ -272,34 +333,53 @@ func (s *Store) storedKey(key string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))[:22]
 }
 
-// keys returns the keys of one decision: usage first, then the state keys.
-func (s *Store) keys(p *floodgate.Policy, pr *prepared, key string) []string {
+// keys returns the keys of one decision: the state keys, then the usage
+// hash when usage is tracked (or all is set, for Reset).
+func (s *Store) keys(p *floodgate.Policy, pr *prepared, key string, all bool) []string {
 	tag := s.prefix + ":{" + p.Name + ":" + s.storedKey(key) + "}:"
 	ks := make([]string, 0, 1+len(pr.parts))
-	ks = append(ks, tag+"u")
 	for _, part := range pr.parts {
 		ks = append(ks, tag+part)
+	}
+	if pr.track || all {
+		ks = append(ks, tag+"u")
 	}
 	return ks
 }
 
-// args returns ARGV for one decision.
-func (s *Store) args(pr *prepared, n int64, peek bool) []any {
-	now := ""
+// newCall returns the call deciding req: the library's function, or the
+// script on a server without functions; args[2] is the cost and the
+// caller's clock as little-endian doubles (see common.lua).
+func (s *Store) newCall(pr *prepared, req *floodgate.Request) *call {
+	size := 8
+	var now int64
 	if s.clock != nil {
-		now = strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
+		size, now = 16, s.clock.Now().UnixMicro()
 	}
-	p := "0"
-	if peek {
-		p = "1"
+	arg := make([]byte, size)
+	binary.LittleEndian.PutUint64(arg, math.Float64bits(float64(req.N)))
+	if size == 16 {
+		binary.LittleEndian.PutUint64(arg[8:], math.Float64bits(float64(now)))
 	}
-	a := make([]any, 0, 7+len(pr.params))
-	a = append(a, now, strconv.FormatInt(n, 10), p, pr.common[0], pr.common[1], pr.common[2], pr.common[3])
-	return append(a, pr.params...)
+	mode := 0
+	if req.Peek {
+		mode = 1
+	}
+	c := &call{keys: s.keys(req.Policy, pr, req.Key, false), args: []any{pr.params, arg}}
+	if s.scriptsOnly.Load() {
+		c.kind, c.name, c.src = evalSha, pr.scripts[mode].sha, pr.scripts[mode].src
+	} else {
+		c.kind, c.name, c.src = fcall, pr.fns[mode], pr.scripts[mode].src
+		if req.Peek {
+			c.kind = fcallRO
+		}
+	}
+	return c
 }
 
-// Take decides req (see floodgate.Store) with one script call. The
-// context's deadline bounds the call; an error wraps
+// Take decides req (see floodgate.Store) with one function call (FCALL,
+// or FCALL_RO for a peek), or one script call on a server without
+// functions. The context's deadline bounds the call; an error wraps
 // floodgate.ErrUnavailable (and the context's error when that is the
 // cause) when Redis cannot be reached, is down, or replies oddly.
 func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
@@ -313,17 +393,59 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
-	keys := s.keys(req.Policy, pr, req.Key)
-	args := s.args(pr, req.N, req.Peek)
-	reply, err := s.b.evalSha(ctx, pr.script.sha, keys, args)
-	if isNoScript(err) {
-		// Not run: safe to send again, with the source this time.
-		reply, err = s.b.eval(ctx, pr.script.src, keys, args)
+	c := s.newCall(pr, &req)
+	c.reply, c.err = s.b.run(ctx, c)
+	if notRun(c.err) {
+		// Not run: safe to send again, with the script's source this time.
+		s.resend(ctx, []*call{c})
 	}
-	if err != nil {
-		return floodgate.Decision{}, classify(ctx, err)
+	if c.err != nil {
+		return floodgate.Decision{}, classify(ctx, c.err)
 	}
-	return decode(reply)
+	return decode(c.reply, pr)
+}
+
+// notRun reports whether err means that the call did not run and that
+// resend can send it again: its function or script is missing, or the
+// server does not know or allow the command.
+func notRun(err error) bool {
+	return isFunctionNotFound(err) || isNoScript(err) || noFunctions(err)
+}
+
+// noFunctions reports whether err means the server cannot run functions
+// for this store: it does not know the command (before Redis 7.0, or a
+// proxy), or its ACL refuses it.
+func noFunctions(err error) bool {
+	return isUnknownCommand(err) || isCommandDenied(err)
+}
+
+// resend sends calls that did not run again as EVAL of their script's
+// source, which no FUNCTION FLUSH or SCRIPT FLUSH in between can make
+// fail, and restores what they missed for the calls after them: the
+// library on every master, or the script path on a server without
+// functions. A call is sent again at most once: one that failed in any
+// other way may have run.
+func (s *Store) resend(ctx context.Context, calls []*call) {
+	missing, unknown := false, false
+	for _, c := range calls {
+		missing = missing || isFunctionNotFound(c.err)
+		unknown = unknown || (c.kind == fcall || c.kind == fcallRO) && noFunctions(c.err)
+		c.kind = eval
+	}
+	if unknown {
+		s.scriptsOnly.Store(true) // no functions here: scripts from now on
+	}
+	if len(calls) == 1 {
+		calls[0].reply, calls[0].err = s.b.run(ctx, calls[0])
+	} else {
+		s.b.runBatch(ctx, calls)
+	}
+	if missing && !unknown && s.reloading.TryLock() {
+		// One goroutine reloads; the others' calls went by EVAL meanwhile.
+		// A failure here is the next call's to see.
+		_ = s.b.loadLibrary(ctx, library.src)
+		s.reloading.Unlock()
+	}
 }
 
 // Reset deletes every key of key under policy p: its state and its usage.
@@ -341,7 +463,7 @@ func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) erro
 	if err != nil {
 		return err
 	}
-	if err := s.b.del(ctx, s.keys(p, pr, key)...); err != nil {
+	if err := s.b.del(ctx, s.keys(p, pr, key, true)...); err != nil {
 		return classify(ctx, err)
 	}
 	return nil
@@ -354,33 +476,46 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// decode reads a script's reply, {allowed, limit, remaining, retry_after,
-// reset_after, binding}, checking every type rather than trusting it.
-func decode(reply any) (floodgate.Decision, error) {
-	vals, ok := reply.([]any)
-	if !ok || len(vals) != 6 {
-		return floodgate.Decision{}, malformed(reply)
-	}
-	var n [6]int64
-	for i, v := range vals {
-		x, ok := v.(int64)
-		if !ok {
+// decode reads a reply (common.lua): one integer, code + 32 × (remaining
+// + 2^16 × reset_after), for an allowed decision that fits, else {code,
+// remaining, retry_after, reset_after}, with code = allowed + 2 × binding.
+// It checks every type and range rather than trusting them; the limit is
+// the binding limit's, from pr.
+func decode(reply any, pr *prepared) (floodgate.Decision, error) {
+	var n [4]int64
+	switch r := reply.(type) {
+	case int64:
+		if r < 0 || r >= 1<<53 || r&1 == 0 {
 			return floodgate.Decision{}, malformed(reply)
 		}
-		n[i] = x
+		n = [4]int64{r & 31, r >> 5 & (1<<16 - 1), 0, r >> 21}
+	case []any:
+		if len(r) != 4 {
+			return floodgate.Decision{}, malformed(reply)
+		}
+		for i, v := range r {
+			x, ok := v.(int64)
+			if !ok {
+				return floodgate.Decision{}, malformed(reply)
+			}
+			n[i] = x
+		}
+	default:
+		return floodgate.Decision{}, malformed(reply)
 	}
-	if n[0] != 0 && n[0] != 1 || n[3] < -1 || n[4] < 0 || n[2] < 0 || n[5] < 0 || n[5] >= storekit.MaxLimits {
+	allowed, binding := n[0]&1 == 1, n[0]>>1
+	if n[0] < 0 || binding >= int64(len(pr.limits)) || n[1] < 0 || n[2] < -1 || n[3] < 0 || allowed != (n[2] == 0) {
 		return floodgate.Decision{}, malformed(reply)
 	}
 	d := floodgate.Decision{
-		Allowed:    n[0] == 1,
-		Limit:      n[1],
-		Remaining:  n[2],
-		RetryAfter: time.Duration(n[3]) * time.Microsecond,
-		ResetAfter: time.Duration(n[4]) * time.Microsecond,
-		Binding:    int32(n[5]),
+		Allowed:    allowed,
+		Limit:      pr.limits[binding],
+		Remaining:  n[1],
+		RetryAfter: time.Duration(n[2]) * time.Microsecond,
+		ResetAfter: time.Duration(n[3]) * time.Microsecond,
+		Binding:    int32(binding),
 	}
-	if n[3] == -1 {
+	if n[2] == -1 {
 		d.RetryAfter = floodgate.Never
 	}
 	return d, nil

@@ -45,14 +45,25 @@ func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) 
 	return s
 }
 
+// paths are the two ways a store reaches its Lua: the function library
+// (FCALL, Redis ≥ 7.0) and the scripts of servers without functions
+// (EVALSHA), which redisstore.WithScripts forces on Redis 7.
+var paths = []struct {
+	name string
+	opts []redisstore.Option
+}{
+	{"Functions", nil},
+	{"Scripts", []redisstore.Option{redisstore.WithScripts()}},
+}
+
 // replayHarness runs the conformance suite through c with a caller-given
 // clock (keys live at least an hour of real time: the replayed clock jumps
-// while the server's does not).
-func replayHarness(c redis.UniversalClient, keys func() int) floodgatetest.Harness {
+// while the server's does not) and the store options opts.
+func replayHarness(c redis.UniversalClient, keys func() int, opts ...redisstore.Option) floodgatetest.Harness {
 	return floodgatetest.Harness{
 		NewStore: func(t *testing.T, clock storekit.Clock) floodgate.Store {
 			prefix := fmt.Sprintf("t%d", rand.Uint32())
-			return newStore(t, c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(prefix))
+			return newStore(t, c, append([]redisstore.Option{redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(prefix)}, opts...)...)
 		},
 		Keys:   func(floodgate.Store) int { return keys() },
 		Phases: 3,
@@ -73,14 +84,25 @@ func dbsize(t testing.TB, servers ...*redistest.Server) func() int {
 	}
 }
 
+// The conformance suite, the vectors among it, on both paths: functions
+// and scripts.
+
 func TestConformanceStandalone(t *testing.T) {
 	srv := redistest.StartServer(t)
-	floodgatetest.Run(t, replayHarness(client(t, srv), dbsize(t, srv)))
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			floodgatetest.Run(t, replayHarness(client(t, srv), dbsize(t, srv), path.opts...))
+		})
+	}
 }
 
 func TestConformanceCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	floodgatetest.Run(t, replayHarness(clusterClient(t, cl), dbsize(t, cl.Nodes...)))
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			floodgatetest.Run(t, replayHarness(clusterClient(t, cl), dbsize(t, cl.Nodes...), path.opts...))
+		})
+	}
 }
 
 // TestSentinel: decisions through a Sentinel failover client reach the
@@ -109,7 +131,7 @@ func TestSentinel(t *testing.T) {
 
 // differential runs seeded random sequences through memstore and store
 // and demands identical decisions.
-func differential(t *testing.T, c redis.UniversalClient, runs, ops int) {
+func differential(t *testing.T, c redis.UniversalClient, tag string, runs, ops int, opts ...redisstore.Option) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("FLOODGATE_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -122,7 +144,7 @@ func differential(t *testing.T, c redis.UniversalClient, runs, ops int) {
 		t.Fatal(err)
 	}
 	defer mem.Close()
-	red := newStore(t, c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(fmt.Sprintf("d%d", seed%1e6)))
+	red := newStore(t, c, append([]redisstore.Option{redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(fmt.Sprintf("d%d%s", seed%1e6, tag))}, opts...)...)
 	total := 0
 	for i := 0; i < runs; i++ {
 		total += floodgatetest.Differential(t, floodgatetest.RandChooser{R: rng}, mem, red, clock, fmt.Sprintf("diff%d", i), ops)
@@ -136,7 +158,9 @@ func TestDifferentialStandalone(t *testing.T) {
 	if testing.Short() {
 		runs = 40
 	}
-	differential(t, client(t, srv), runs, 150)
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) { differential(t, client(t, srv), path.name, runs, 150, path.opts...) })
+	}
 }
 
 func TestDifferentialCluster(t *testing.T) {
@@ -145,7 +169,9 @@ func TestDifferentialCluster(t *testing.T) {
 	if testing.Short() {
 		runs = 10
 	}
-	differential(t, clusterClient(t, cl), runs, 150)
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) { differential(t, clusterClient(t, cl), path.name, runs, 150, path.opts...) })
+	}
 }
 
 // FuzzDifferential lets the fuzzer choose policies and operations for
@@ -256,40 +282,76 @@ func TestErrors(t *testing.T) {
 func TestPing(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newStore(t, client(t, srv))
-	ping := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// A down server fails within the short timeout; an up one is given
+	// time, so that a loaded machine cannot fail the test.
+	ping := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		return s.Ping(ctx)
 	}
-	if err := ping(); err != nil {
+	if err := ping(5 * time.Second); err != nil {
 		t.Fatalf("Ping with Redis up: %v", err)
 	}
 	srv.Kill(t)
-	if err := ping(); !errors.Is(err, floodgate.ErrUnavailable) {
+	if err := ping(300 * time.Millisecond); !errors.Is(err, floodgate.ErrUnavailable) {
 		t.Errorf("Ping with Redis down: %v, want ErrUnavailable", err)
 	}
 	srv.Restart(t)
-	if err := ping(); err != nil {
+	if err := ping(5 * time.Second); err != nil {
 		t.Errorf("Ping after Redis came back: %v", err)
 	}
 	s.Close()
-	if err := ping(); !errors.Is(err, floodgate.ErrClosed) {
+	if err := ping(300 * time.Millisecond); !errors.Is(err, floodgate.ErrClosed) {
 		t.Errorf("Ping after Close: %v, want ErrClosed", err)
 	}
 }
 
-// TestPreloadEveryMaster: Preload puts every script in every master's
-// cache, so pipelined batches find them.
-func TestPreloadEveryMaster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+// TestReplicas: a cluster of 3 masters with a replica each (slow to
+// start, hence shared by the subtests).
+func TestReplicas(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
+	t.Run("PreloadEveryNode", func(t *testing.T) { testPreloadEveryNode(t, cl) })
+	t.Run("PeekOnReplica", func(t *testing.T) { testPeekOnReplica(t, cl) })
+}
+
+// testPreloadEveryNode: Preload puts the function library on every
+// master, and the replicas receive it from their masters; on the script
+// path it puts every script on every master.
+func testPreloadEveryNode(t *testing.T, cl *redistest.Cluster) {
+	ctx := context.Background()
 	s := newStore(t, clusterClient(t, cl))
-	if err := s.Preload(context.Background()); err != nil {
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, node := range cl.Nodes {
+		for _, n := range append([]*redistest.Server{node}, cl.Replicas[i]...) {
+			// A replica gets the library through replication: wait for it.
+			var libs any
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				var err error
+				libs, err = n.Do(t, "FUNCTION", "LIST", "LIBRARYNAME", redisstore.LibraryName())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(libs.([]any)) == 1 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if len(libs.([]any)) != 1 {
+				t.Errorf("node %s lacks the library %s", n.Addr, redisstore.LibraryName())
+			}
+		}
+	}
+
+	scripts := newStore(t, clusterClient(t, cl), redisstore.WithScripts())
+	if err := scripts.Preload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	shas := redisstore.ScriptSHAs()
 	for _, node := range cl.Nodes {
-		args := append([]string{"SCRIPT", "EXISTS"}, shas...)
-		r, err := node.Do(t, args...)
+		r, err := node.Do(t, append([]string{"SCRIPT", "EXISTS"}, shas...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,7 +387,9 @@ func TestClusterNodeDown(t *testing.T) {
 		start := time.Now()
 		_, err := s.Take(dctx, floodgate.Request{Policy: &p, Key: k, N: 1})
 		cancel()
-		if took := time.Since(start); took > 400*time.Millisecond {
+		// The deadline bounds the call (the second of slack is for a
+		// loaded machine): it does not wait for the client's own timeouts.
+		if took := time.Since(start); took > 1300*time.Millisecond {
 			t.Errorf("key %s took %v with a deadline of 300ms", k, took)
 		}
 		switch {
@@ -340,5 +404,201 @@ func TestClusterNodeDown(t *testing.T) {
 	t.Logf("with one master of three down: %d decided, %d unavailable", ok, down)
 	if ok == 0 || down == 0 {
 		t.Errorf("with one master of three down: %d decided, %d unavailable; want some of each", ok, down)
+	}
+}
+
+// testPeekOnReplica: with a cluster client that reads from replicas
+// (ClusterOptions.ReadOnly), a peek is an FCALL_RO, which go-redis sends
+// to a replica because COMMAND INFO flags it readonly; adds still go to
+// the masters. A replica lags its master, so the peek converges on the
+// count rather than seeing it at once.
+func testPeekOnReplica(t *testing.T, cl *redistest.Cluster) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, ReadOnly: true})
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c)
+	ctx := context.Background()
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := floodgate.Policy{Name: "replica", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour, Align: floodgate.AlignFirst}
+	keys := make([]string, 30) // on every master
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+		for j := 0; j < 3; j++ {
+			if d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: keys[i], N: 1}); err != nil || !d.Allowed {
+				t.Fatalf("add: %v, %v", d, err)
+			}
+		}
+	}
+	for _, key := range keys {
+		var d floodgate.Decision
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var err error
+			if d, err = s.Take(ctx, floodgate.Request{Policy: &p, Key: key, N: 1, Peek: true}); err != nil {
+				t.Fatal(err)
+			}
+			if d.Remaining == 96 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !d.Allowed || d.Remaining != 96 {
+			t.Errorf("peek of %s: %v, want allowed with 96 remaining once the replica caught up", key, d)
+		}
+	}
+	calls := func(n *redistest.Server, cmd string) int64 {
+		info, err := n.Do(t, "INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, found := strings.Cut(info.(string), "cmdstat_"+cmd+":calls=")
+		if !found {
+			return 0
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		x, _ := strconv.ParseInt(v, 10, 64)
+		return x
+	}
+	for i, m := range cl.Nodes {
+		r := cl.Replicas[i][0]
+		t.Logf("master %s: fcall %d, fcall_ro %d; replica %s: fcall_ro %d", m.Addr, calls(m, "fcall"), calls(m, "fcall_ro"), r.Addr, calls(r, "fcall_ro"))
+		if calls(m, "fcall") == 0 || calls(m, "fcall_ro") != 0 {
+			t.Errorf("master %s: %d FCALL, %d FCALL_RO; want the adds and no peek", m.Addr, calls(m, "fcall"), calls(m, "fcall_ro"))
+		}
+		if calls(r, "fcall_ro") == 0 || calls(r, "fcall") != 0 {
+			t.Errorf("replica %s: %d FCALL_RO, %d FCALL; want the peeks and no add", r.Addr, calls(r, "fcall_ro"), calls(r, "fcall"))
+		}
+	}
+}
+
+// TestServerWithoutFunctions: on a server that does not know FCALL and
+// FUNCTION (as before Redis 7.0; here the commands are renamed away), a
+// store switches to scripts by itself: Preload loads them, the first call
+// that gets "unknown command" did not run and is sent again, single or
+// batched, and the conformance suite passes.
+func TestServerWithoutFunctions(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.WithArgs(
+		"--rename-command", "FCALL", "fcall-renamed-away",
+		"--rename-command", "FCALL_RO", "fcall_ro-renamed-away",
+		"--rename-command", "FUNCTION", "function-renamed-away"))
+	c := client(t, srv)
+	ctx := context.Background()
+	if err := c.FCall(ctx, "f", nil).Err(); err == nil || !strings.HasPrefix(err.Error(), "ERR unknown command") {
+		t.Fatalf("FCALL on the server: %v, want an unknown command", err)
+	}
+
+	// Preload finds no FUNCTION and loads the scripts.
+	s := newStore(t, c)
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shas := redisstore.ScriptSHAs()
+	r, err := srv.Do(t, append([]string{"SCRIPT", "EXISTS"}, shas...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range r.([]any) {
+		if v.(int64) != 1 {
+			t.Errorf("Preload did not load script %s", shas[i])
+		}
+	}
+
+	// Without Preload: the first call finds no FCALL and is sent again.
+	p := floodgate.Policy{Name: "old", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
+	for _, batch := range []bool{false, true} {
+		s := newStore(t, c, redisstore.WithPrefix(fmt.Sprintf("old%v", batch)))
+		var got []bool
+		if batch {
+			reqs := make([]floodgate.Request, 4)
+			out := make([]storekit.Outcome, 4)
+			for i := range reqs {
+				reqs[i] = floodgate.Request{Policy: &p, Key: "k", N: 1}
+			}
+			s.TakeBatch(ctx, reqs, out)
+			for _, r := range out {
+				if r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				got = append(got, r.Decision.Allowed)
+			}
+		} else {
+			for i := 0; i < 4; i++ {
+				d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, d.Allowed)
+			}
+		}
+		if fmt.Sprint(got) != "[true true true false]" {
+			t.Errorf("batch %v: allowed %v, want [true true true false]: counted twice or lost", batch, got)
+		}
+	}
+	info, err := srv.Do(t, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info.(string), "cmdstat_evalsha:calls=") {
+		t.Errorf("no EVALSHA after the switch to scripts:\n%s", info)
+	}
+	floodgatetest.Run(t, replayHarness(c, dbsize(t, srv)))
+}
+
+// TestACLWithoutFunctions: a user whose ACL refuses FCALL, FCALL_RO and
+// FUNCTION but allows scripts gets a store that uses scripts, with
+// Preload and without it; a refusal inside a function (a command the
+// function calls) is an error, never sent again.
+func TestACLWithoutFunctions(t *testing.T) {
+	srv := redistest.StartServer(t, redistest.WithArgs("--user", "bob", "on", ">pw", "~*", "&*", "+@all", "-fcall", "-fcall_ro", "-function"))
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "bob", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	p := floodgate.Policy{Name: "acl", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour}
+
+	preloaded := newStore(t, c, redisstore.WithPrefix("pre"))
+	if err := preloaded.Preload(ctx); err != nil {
+		t.Fatalf("Preload with functions refused: %v", err)
+	}
+	for _, s := range []*redisstore.Store{preloaded, newStore(t, c, redisstore.WithPrefix("lazy"))} {
+		var got []bool
+		for i := 0; i < 3; i++ {
+			d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, d.Allowed)
+		}
+		if fmt.Sprint(got) != "[true true false]" {
+			t.Errorf("allowed %v, want [true true false]", got)
+		}
+		if d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1, Peek: true}); err != nil || d.Allowed {
+			t.Errorf("peek: %v, %v; want a denial", d, err)
+		}
+	}
+
+	// A user that may call functions but not SET: the function ran its GET
+	// and failed at its SET, so the call is not sent again.
+	if _, err := srv.Do(t, "ACL", "SETUSER", "carol", "on", ">pw", "~*", "&*", "+@all", "-set"); err != nil {
+		t.Fatal(err)
+	}
+	c2 := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "carol", Password: "pw", MaxRetries: -1})
+	t.Cleanup(func() { c2.Close() })
+	s := newStore(t, c2, redisstore.WithPrefix("carol"))
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do(t, "CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1}); !errors.Is(err, floodgate.ErrUnavailable) {
+		t.Errorf("Take with SET refused: %v, want ErrUnavailable", err)
+	}
+	info, err := srv.Do(t, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, rest, ok := strings.Cut(info.(string), "cmdstat_fcall:calls="); !ok || !strings.HasPrefix(rest, "1,") || strings.Contains(info.(string), "cmdstat_eval") {
+		t.Errorf("want exactly one FCALL, not sent again\n%s", info)
 	}
 }

@@ -85,7 +85,7 @@ func loadLibraries(batch int) []library {
 
 // floodgateLib is floodgate's redisstore with the policy text(p), named
 // "api", default options (prefix "fg", no usage tracking), scripts loaded by
-// Preload. With batch 1 each decision is one Store.Take (one EVALSHA);
+// Preload. With batch 1 each decision is one Store.Take (one FCALL);
 // otherwise each call is one Store.TakeBatch of batch requests (one
 // pipelined round trip).
 func floodgateLib(name string, batch int, text func(params) string) library {
@@ -94,12 +94,12 @@ func floodgateLib(name string, batch int, text func(params) string) library {
 	}}
 }
 
-func newFloodgate(ctx context.Context, c *redis.Client, text string) (limiter, error) {
+func newFloodgate(ctx context.Context, c *redis.Client, text string, opts ...redisstore.Option) (limiter, error) {
 	pol, err := floodgate.ParsePolicy(policyName, text)
 	if err != nil {
 		return nil, err
 	}
-	st, err := redisstore.New(c)
+	st, err := redisstore.New(c, opts...)
 	if err != nil {
 		return nil, err
 	}

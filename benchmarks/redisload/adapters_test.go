@@ -147,3 +147,24 @@ func TestLoadRuns(t *testing.T) {
 		t.Logf("%s: %.0f/s p50 %v p99 %v", lib.name, r.perSec, r.p50, r.p99)
 	}
 }
+
+// TestCallRuns runs every per-call contender briefly: no errors, no
+// denials, and each decision's command counted (floodgate's by FCALL).
+func TestCallRuns(t *testing.T) {
+	srv, admin := server(t)
+	ctx := context.Background()
+	keys := make([]string, 200)
+	for i := range keys {
+		keys[i] = userKey(i)
+	}
+	rs, err := measureCalls(ctx, admin, srv.Addr, callCases("fcall"), keys, 1000, 4, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.usPerCall <= 0 {
+			t.Errorf("%s: %v µs per %s", r.name, r.usPerCall, r.command)
+		}
+		t.Logf("%s: %.2f µs per %s (%s)", r.name, r.usPerCall, r.command, r.others)
+	}
+}

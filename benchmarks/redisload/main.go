@@ -43,7 +43,7 @@ var nCPU = runtime.NumCPU()
 
 func main() {
 	var (
-		mode       = flag.String("mode", "mem,load", "what to measure: mem, load or both")
+		mode       = flag.String("mode", "mem,load", "what to measure: mem, load, calls (redis-server time per decision), comma separated")
 		memKeys    = flag.Int("mem-keys", 100_000, "memory: limited keys created per limiter")
 		memSample  = flag.Int("mem-sample", 100, "memory: keys whose MEMORY USAGE is averaged")
 		memConc    = flag.Int("mem-conc", 16, "memory: goroutines creating the keys")
@@ -60,6 +60,11 @@ func main() {
 		maxWait    = flag.Duration("max-wait", time.Minute, "load: before each run, wait up to this long for other processes to use at most -max-foreign % of all CPUs over a second")
 		outDir     = flag.String("out", "", "directory for the raw results (mem.tsv, load.tsv) and the report (report.md)")
 		serverBin  = flag.String("redis-server", "redis-server", "redis-server binary")
+		calls      = flag.Int("calls", 100_000, "calls: decisions per run")
+		callsConc  = flag.Int("calls-conc", 16, "calls: goroutines")
+		callsRuns  = flag.Int("calls-runs", 5, "calls: runs per contender (the best is reported)")
+		fgCommand  = flag.String("fg-command", "fcall", "calls: the command floodgate's decisions send (fcall; evalsha for a version before Redis Functions)")
+		callsHook  = flag.String("calls-hook", "", "calls: a command run (sh -c) with the argument start before, and stop after, each run's measured calls")
 	)
 	flag.Parse()
 	log.SetFlags(log.Ltime)
@@ -97,6 +102,27 @@ func main() {
 		admin.Close()
 		srv.Stop()
 		printMemory(report, results, *memKeys, *memSample)
+	}
+
+	if strings.Contains(*mode, "calls") {
+		srv, admin := start()
+		describeServer(ctx, report, admin, srv)
+		re := regexp.MustCompile(*libs)
+		var cs []callCase
+		for _, c := range callCases(*fgCommand) {
+			if re.MatchString(c.name) {
+				cs = append(cs, c)
+			}
+		}
+		keys := make([]string, *loadKeys)
+		for i := range keys {
+			keys[i] = userKey(i)
+		}
+		rs, err := measureCalls(ctx, admin, srv.Addr, cs, keys, *calls, *callsConc, *callsRuns, *callsHook)
+		admin.Close()
+		srv.Stop()
+		must(err)
+		printCalls(report, rs, *calls, *callsConc, len(keys))
 	}
 
 	if strings.Contains(*mode, "load") {

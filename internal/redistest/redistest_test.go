@@ -190,6 +190,57 @@ func TestCluster(t *testing.T) {
 	mustDo(t, owner, "SET", "foo", "baz")
 }
 
+// TestClusterReplicas: WithReplicas gives each master a replica in sync,
+// which every node lists and which serves reads of its master's slots.
+func TestClusterReplicas(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	c := StartCluster(t, 3, WithReplicas(1))
+	t.Logf("3 masters with a replica each up in %v", time.Since(start))
+	if len(c.Replicas) != 3 {
+		t.Fatalf("%d replica sets, want 3", len(c.Replicas))
+	}
+	for i, rs := range c.Replicas {
+		if len(rs) != 1 {
+			t.Fatalf("master %d has %d replicas, want 1", i, len(rs))
+		}
+		info := mustDo(t, rs[0], "INFO", "replication").(string)
+		if infoField(info, "role") != "slave" || infoField(info, "master_port") != strconv.Itoa(c.Nodes[i].Port) {
+			t.Errorf("replica %s: role %s of port %s, want a replica of %s", rs[0].Addr, infoField(info, "role"), infoField(info, "master_port"), c.Nodes[i].Addr)
+		}
+		cinfo := mustDo(t, rs[0], "CLUSTER", "INFO").(string)
+		if got := infoField(cinfo, "cluster_known_nodes"); got != "6" {
+			t.Errorf("replica %s knows %s nodes, want 6", rs[0].Addr, got)
+		}
+	}
+	// Slot 12182 (foo) lies in the third range; its replica serves it once
+	// the write has reached it.
+	mustDo(t, c.Nodes[2], "SET", "foo", "bar")
+	replica := c.Replicas[2][0]
+	if err := poll(5*time.Second, func() error {
+		reply, err := replica.Do(t, "GET", "foo")
+		if err == nil {
+			return fmt.Errorf("GET foo on a replica without READONLY answered %v, want MOVED", reply)
+		}
+		var re Error
+		if errors.As(err, &re) && strings.HasPrefix(string(re), "MOVED") {
+			return nil
+		}
+		return err
+	}); err != nil {
+		t.Error(err)
+	}
+	// The write may still be on its way to the replica.
+	if err := poll(5*time.Second, func() error {
+		if n := mustDo(t, replica, "DBSIZE"); n != int64(1) {
+			return fmt.Errorf("replica holds %v keys, want 1", n)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
 func TestSentinel(t *testing.T) {
 	t.Parallel()
 	start := time.Now()

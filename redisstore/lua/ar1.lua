@@ -4,13 +4,22 @@
 -- C0 / d^(s - s0), d^k by binary exponentiation (the same multiplications
 -- as the Go twin, so the same bits), and 0 below 1e-6.
 --
--- KEYS[2]  the state, a string "<t_last µs> <shape> <s0> <C0> <s0> <C0> …",
---          one pair per limit; shape is the limits' resolutions, comma
---          separated: a state of another shape is ignored. Counts are
---          written with %.17g, which reads back to the same double.
--- ARGV[8…] per limit, three values: max (a number), decay (> 1),
---          resolution (µs)
+-- keys[1]  the state: t_last (µs), then per limit its resolution (µs), s0
+--          and C0, all little-endian doubles (struct '<d…', 8 + 24 bytes
+--          per limit; doubles hold C0 exactly). A state whose resolutions
+--          differ from the policy's is ignored.
+-- args[1]  "ar <common>" then per limit three values: max (a number),
+--          decay (> 1), resolution (µs)
 -- Reply: see common.lua; binding is the 0-based index of the binding limit.
+
+local function ar1_parse(f, p)
+  local limits = {}
+  for i = 6, #f, 3 do
+    limits[#limits + 1] = {max = tonumber(f[i]), decay = tonumber(f[i + 1]), res = tonumber(f[i + 2])}
+  end
+  p.limits, p.nkeys = limits, 1
+  p.format = '<' .. string.rep('d', 1 + 3 * #limits)
+end
 
 local function powint(d, k)
   local result = 1.0
@@ -53,26 +62,17 @@ local function slot_end(slot, j, res)
   return (slot + j) * res
 end
 
-local function decide(now, n, peek, cd, a, min_ttl)
-  local limits = {}
-  local shape = {}
-  for i = 1, #a, 3 do
-    local l = {max = tonumber(a[i]), decay = tonumber(a[i + 1]), res = tonumber(a[i + 2])}
-    limits[#limits + 1] = l
-    shape[#shape + 1] = a[i + 2]
-  end
-  shape = table.concat(shape, ',')
-  local key = KEYS[2]
+local function ar1_decide(keys, p, now, n, peek)
+  local limits = p.limits
+  local key = keys[1]
   local has, tlast, slots, cs = false, 0, {}, {}
   local raw = redis.call('GET', key)
-  if raw then
-    local parts = {}
-    for p in string.gmatch(raw, '%S+') do parts[#parts + 1] = p end
-    if parts[2] == shape and #parts == 2 + 2 * #limits then
-      has, tlast = true, tonumber(parts[1])
-      for i = 1, #limits do
-        slots[i], cs[i] = tonumber(parts[1 + 2 * i]), tonumber(parts[2 + 2 * i])
-      end
+  if raw and #raw == 8 * (1 + 3 * #limits) then
+    local v = {struct.unpack(p.format, raw)}
+    has, tlast = true, v[1]
+    for i, l in ipairs(limits) do
+      if v[3 * i - 1] ~= l.res then has = false end
+      slots[i], cs[i] = v[3 * i], v[3 * i + 1]
     end
   end
   if has and now < tlast then now = tlast end -- rule 1
@@ -86,7 +86,7 @@ local function decide(now, n, peek, cd, a, min_ttl)
     counts[i] = c
     if c + n > l.max then allowed = false end
   end
-  local record = allowed or cd
+  local record = allowed or p.cd
 
   -- Pass 2: on the counts after the call.
   local remaining, binding, bind_rem = 0, -1, 0
@@ -116,24 +116,21 @@ local function decide(now, n, peek, cd, a, min_ttl)
       if retry < 0 or wait < 0 then retry = -1 elseif wait > retry then retry = wait end
     end
   end
-  local limit = limits[binding + 1].max
 
   local expires = 0
   if record and not peek then
-    local out = {fmt(now), shape}
+    local out = {now}
     for i, l in ipairs(limits) do
-      out[#out + 1] = fmt(floordiv(now, l.res))
-      out[#out + 1] = string.format('%.17g', counts[i] + n)
+      out[#out + 1] = l.res
+      out[#out + 1] = floordiv(now, l.res)
+      out[#out + 1] = counts[i] + n
     end
     expires = now + reset
-    redis.call('SET', key, table.concat(out, ' '), 'PX', ttl_ms(expires, now, min_ttl))
-  elseif record then
-    expires = now + reset
-  elseif has then
-    -- unchanged state: it empties when its counts do
+    redis.call('SET', key, struct.pack(p.format, unpack(out)), 'PX', ttl_ms(expires, now, p.min_ttl))
+  elseif record or has then
+    -- a peek previews the recording add; an unchanged state empties when
+    -- its counts do
     expires = now + reset
   end
-  return allowed, math.floor(limit), remaining, retry, reset, binding, expires
+  return allowed, remaining, retry, reset, binding, expires
 end
-
-return run(decide)

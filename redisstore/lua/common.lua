@@ -1,31 +1,53 @@
--- common.lua: the prelude every floodgate script starts with (redisstore
--- concatenates it, the preludes an algorithm also needs — lists.lua for
--- sliding_window and sliding_log, compact.lua for gcra and fixed_window —
--- and the algorithm's file). It holds what the six scripts share: the
--- clock, exact integer arithmetic on doubles, usage tracking, TTLs and the
--- reply. Go twin: internal/algo (algo.go, gcra.go).
+-- common.lua: what the six algorithms share: exact integer arithmetic on
+-- doubles, the clock, the per-policy parameters, usage tracking, TTLs and
+-- the reply. Go twin: internal/algo (algo.go, gcra.go).
 --
--- Common KEYS (every script):
---   KEYS[1]  usage hash <prefix>:{<policy>:<key>}:u (written only when tracking)
---   KEYS[2…] the algorithm's state keys, same hash tag, so one cluster slot
--- Common ARGV (every script):
---   ARGV[1]  now, µs since the Unix epoch; "" reads the server's TIME
---   ARGV[2]  n, the cost, 1 to 2^53-1
---   ARGV[3]  "1" for a peek (decide, write nothing), else "0"
---   ARGV[4]  "1" when the policy counts denied adds (count_denied), else "0"
---   ARGV[5]  "1" when the policy tracks usage, else "0"
---   ARGV[6]  usage retention, µs (0: as long as the state)
---   ARGV[7]  minimum TTL of written keys, µs (0: the state's own horizon)
---   ARGV[8…] the algorithm's parameters (see its file)
--- Reply: {allowed (1/0), limit, remaining, retry_after µs (-1: never),
---         reset_after µs, binding limit index (0-based)}, all integers;
---         an error reply "ERR floodgate: clock …" when the clock is outside
---         1970 to 2155, where the arithmetic below is no longer exact.
+-- redisstore sends these files to Redis in two forms (scripts.go):
+--   a function library (Redis ≥ 7.0): every file once, then one
+--     redis.register_function per algorithm and per mode (decide, and peek
+--     with the no-writes flag). The library's top level runs once per
+--     FUNCTION LOAD, so the local functions below are created once per
+--     node, not per call, and the parameter cache P lives across calls;
+--   a script per algorithm and mode (EVALSHA, for servers without
+--     functions): this file, the preludes its algorithm needs and its file,
+--     then "return entry(<parse>, <decide>, <peek>)(KEYS, ARGV)". There
+--     everything here is created anew on every call.
+--
+-- Every algorithm's function (see entry) is called as f(keys, args):
+--   keys     the algorithm's state keys, all under the same hash tag (one
+--            cluster slot), then, when the policy tracks usage, the usage
+--            hash <prefix>:{<policy>:<key>}:u
+--   args[1]  the policy's parameters, a string that never changes for a
+--            policy: "<tag> <count_denied 0/1> <track 0/1> <retention µs>
+--            <min TTL µs> <the algorithm's parameters…>" (see each file);
+--            parsed once and kept in P, keyed by the string itself
+--   args[2]  the call: n, the cost (1 to 2^53-1), as a little-endian
+--            IEEE double (8 bytes), followed, when the caller gives the
+--            time, by now in µs since the Unix epoch, also a double (16
+--            bytes in all); with 8 bytes the function reads the server's
+--            TIME
+-- and peeks (decides, writes nothing) or decides, as registered.
+-- Reply, with code = allowed (1/0) + 2 × the binding limit's index
+-- (0-based; the limit itself the caller knows from the policy):
+--   an allowed decision with remaining < 2^16 and reset_after < 2^32 µs
+--     (71 minutes), most of them: one integer, code + 32 × (remaining +
+--     2^16 × reset_after), below 2^53 (a table costs Redis more to build
+--     and to reply than the rest of a decision's Lua);
+--   any other: {code, remaining, retry_after µs (-1: never), reset_after
+--     µs}, all integers.
+-- An error reply "ERR floodgate: clock …" when the clock is outside 1970 to
+-- 2155, where the arithmetic below is no longer exact.
 --
 -- Numbers here are IEEE doubles (Lua 5.1). Every integer kept is below
 -- 2^53 and exact; products that may pass 2^53 go through muldivmod, and
 -- counts or times that absurd costs recorded with count_denied push past
--- 2^53-1 saturate there, exactly as the Go twin does.
+-- 2^53-1 saturate there, exactly as the Go twin does. Formatting a number
+-- for Redis costs about as much as a redis.call's own work, so the code
+-- sends as few as it can: a TTL that does not change is kept (KEEPTTL)
+-- rather than sent again.
+--
+-- A Redis function's top level may only define: the standard libraries
+-- (math, string, struct, …) are reached at call time, never here.
 
 local MAXS = 9007199254740991 -- 2^53-1, the Go twin's satMax
 local MAXNOW = 5853599254740991 -- algo.MaxNow: MAXS less 100 years of µs
@@ -108,69 +130,110 @@ local function muldivmod(a, b, c)
   return muladddivmod(a, b, 0, c)
 end
 
--- The clock: the caller's µs, or the server's TIME.
-local function clock(arg)
-  if arg == '' then
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  return tonumber(arg)
-end
-
--- ttl_ms turns an absolute expiry (µs) into a PEXPIRE argument, rounded up
--- to the millisecond, at least 1, and at least the minimum TTL.
+-- ttl_ms turns an absolute expiry (µs) into a PX argument: a string of
+-- milliseconds, rounded up, at least 1, and at least the minimum TTL.
 local function ttl_ms(expires, now, min_ttl)
   local us = expires - now
   if us < min_ttl then us = min_ttl end
   local ms = math.ceil(us / 1000)
   if ms < 1 then ms = 1 end
-  return ms
+  return fmt(ms)
+end
+
+-- P caches the parsed parameters of each policy by its parameter string
+-- (args[1]), PN counts them: at most 1000, then P starts again, so a
+-- stream of ever new policies cannot grow it without bound. In a script
+-- both are new on every call.
+local P, PN = {}, 0
+
+-- fields splits a parameter string at its spaces.
+local function fields(s)
+  local f = {}
+  for w in string.gmatch(s, '%S+') do f[#f + 1] = w end
+  return f
+end
+
+-- params returns the parameters of args[1], parsing them with parse(f, p)
+-- the first time: f the string's fields, p a table holding the common
+-- ones (cd, track, retention, min_ttl) to which parse adds its own.
+local function params(s, parse)
+  local p = P[s]
+  if p then return p end
+  local f = fields(s)
+  p = {cd = f[2] == '1', track = f[3] == '1', retention = tonumber(f[4]), min_ttl = tonumber(f[5])}
+  parse(f, p)
+  if PN >= 1000 then P, PN = {}, 0 end
+  P[s], PN = p, PN + 1
+  return p
 end
 
 -- track adds one add's usage to the hash key (SPEC.md "Per-key usage
 -- metadata"): f first seen, l last seen (µs), r costs asked, d costs
 -- denied, x when the usage expires (µs): the later of the state's expiry
--- and l + retention. The key's TTL follows x; listings also compare x
--- with the store's clock, which may be the caller's.
-local function track(key, now, n, allowed, expires, retention, min_ttl)
-  local v = redis.call('HMGET', key, 'f', 'l', 'r', 'd')
-  local first = tonumber(v[1]) or now
-  local last = tonumber(v[2]) or now
-  if now > last then last = now end
-  local requests = satadd(tonumber(v[3]) or 0, n)
-  local denied = tonumber(v[4]) or 0
+-- and l + retention. Usage whose x has passed is gone, whether or not
+-- Redis has deleted the hash yet (it has not when the caller's clock runs
+-- ahead of the server's): the add starts it afresh. The key's TTL follows
+-- x; listings also compare x with the store's clock, which may be the
+-- caller's.
+local function track(key, now, n, allowed, expires, p)
+  local v = redis.call('HMGET', key, 'f', 'l', 'r', 'd', 'x')
+  local first, last, requests, denied = now, now, 0, 0
+  local x0 = tonumber(v[5])
+  if x0 and x0 > now then
+    first = tonumber(v[1]) or now
+    last = tonumber(v[2]) or now
+    if now > last then last = now end
+    requests = tonumber(v[3]) or 0
+    denied = tonumber(v[4]) or 0
+  end
+  requests = satadd(requests, n)
   if not allowed then denied = satadd(denied, n) end
   local x = expires
-  if last + retention > x then x = last + retention end
+  if last + p.retention > x then x = last + p.retention end
   if x <= now then
     redis.call('DEL', key)
     return
   end
   redis.call('HSET', key, 'f', fmt(first), 'l', fmt(last), 'r', fmt(requests), 'd', fmt(denied), 'x', fmt(x))
-  redis.call('PEXPIRE', key, ttl_ms(x, now, min_ttl))
+  redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl))
 end
 
--- run is every script's body: it reads the common ARGV, checks the clock,
--- lets the algorithm decide (decide(now, n, peek, count_denied, params,
--- min_ttl) returns allowed, limit, remaining, retry_after, reset_after,
--- binding and the state's expiry after the call, 0 for none), tracks usage
--- and replies.
-local function run(decide)
-  local now = clock(ARGV[1])
-  if now < 0 or now > MAXNOW then
-    return redis.error_reply('ERR floodgate: clock reads ' .. fmt(now) .. ' µs, outside 1970 to 2155')
+-- entry returns the function of an algorithm, deciding or peeking: the
+-- body every call runs. It reads the parameters (parse(f, p) adds the
+-- algorithm's to p, and sets p.nkeys, the number of state keys; the usage
+-- hash follows them) and the call, checks the clock, lets the algorithm
+-- decide (decide(keys, p, now, n, peek) returns allowed, remaining,
+-- retry_after, reset_after, binding and the state's expiry after the
+-- call, 0 for none), tracks usage and replies. parse, decide and peek are
+-- upvalues, so a call goes through no wrapper: function calls are a good
+-- part of what Lua costs here.
+local function entry(parse, decide, peek)
+  return function(keys, args)
+    local p = P[args[1]]
+    if not p then p = params(args[1], parse) end
+    local call = args[2]
+    local n, now
+    if #call == 16 then
+      n, now = struct.unpack('<dd', call)
+    else
+      n = struct.unpack('<d', call)
+      local t = redis.call('TIME')
+      now = t[1] * 1000000 + t[2]
+    end
+    if now < 0 or now > MAXNOW then
+      return redis.error_reply('ERR floodgate: clock reads ' .. fmt(now) .. ' µs, outside 1970 to 2155')
+    end
+    local allowed, remaining, retry, reset, binding, expires = decide(keys, p, now, n, peek)
+    if p.track and not peek then
+      track(keys[p.nkeys + 1], now, n, allowed, expires, p)
+    end
+    local code = binding + binding
+    if allowed then
+      if remaining < 65536 and reset < 4294967296 then
+        return code + 1 + 32 * (remaining + 65536 * reset)
+      end
+      code = code + 1
+    end
+    return {code, remaining, retry, reset}
   end
-  local n = tonumber(ARGV[2])
-  local peek = ARGV[3] == '1'
-  local cd = ARGV[4] == '1'
-  local min_ttl = tonumber(ARGV[7])
-  local params = {}
-  for i = 8, #ARGV do params[#params + 1] = ARGV[i] end
-  local allowed, limit, remaining, retry, reset, binding, expires = decide(now, n, peek, cd, params, min_ttl)
-  if ARGV[5] == '1' and not peek then
-    track(KEYS[1], now, n, allowed, expires, tonumber(ARGV[6]), min_ttl)
-  end
-  local a = 0
-  if allowed then a = 1 end
-  return {a, limit, remaining, retry, reset, binding}
 end

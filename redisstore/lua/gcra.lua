@@ -4,20 +4,22 @@
 -- and every quantity below is such a pair (whole µs, remainder in 1/count
 -- µs); products that may pass 2^53 go through muldivmod.
 --
--- KEYS[2]  the state: TAT, FRAC, t_last (µs) and the rate's count, in the
---          smallest form that holds them (see compact.lua):
---            "<t_last><n>"  the add at t_last found no live state and
---                           recorded n ≤ 999, so TAT + FRAC/count is
---                           t_last + n·T (an int-encoded value)
---            28 bytes       TAT, FRAC, t_last, count: 7 bytes each
---          and, as written before (still read): "<TAT> <FRAC> <t_last>
---          <count>". A state that names another count means nothing here
---          and is ignored (FRAC is in 1/count µs); the integer form is
---          read under the policy's own rate.
--- ARGV[8]  the rate's count, 1 to 2^53-1
--- ARGV[9]  the rate's period, µs (period ≥ count)
--- ARGV[10] burst, ≥ 1 (burst·period/count within 100 years)
+-- keys[1]  the state: TAT, FRAC, t_last (µs) and the rate's count as four
+--          signed 7-byte big-endian integers (struct '>i7i7i7i7', 28
+--          bytes: one 48-byte allocation in Redis). A state that names
+--          another count means nothing here and is ignored (FRAC is in
+--          1/count µs), as memstore starts afresh when the count changes.
+-- args[1]  "gc <common> <count> <period µs> <burst>": the rate's count
+--          (1 to 2^53-1), its period (≥ count), the burst (≥ 1,
+--          burst·period/count within 100 years)
 -- Reply: see common.lua; binding is always 0.
+
+local function gcra_parse(f, p)
+  p.nkeys = 1
+  p.count, p.period, p.burst = tonumber(f[6]), tonumber(f[7]), tonumber(f[8])
+  p.bq, p.br = muldivmod(p.burst, p.period, p.count) -- burst·T
+  p.tq, p.tr = muldivmod(1, p.period, p.count) -- T, the cost of n = 1
+end
 
 -- addpair adds (aq, ar) and (bq, br) with remainders in [0, c); a sum of
 -- MAXS µs or more saturates to (MAXS, 0). ar + br may pass 2^53, so the
@@ -33,53 +35,33 @@ local function addpair(aq, ar, bq, br, c)
   return q, r
 end
 
-local function lesseq(aq, ar, bq, br)
-  return aq < bq or (aq == bq and ar <= br)
-end
-
-local function ceilpair(q, r)
-  if r > 0 then return q + 1 end
-  return q
-end
-
-local function decide(now, n, peek, cd, a, min_ttl)
-  local count, period, burst = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
-  local key = KEYS[2]
+local function gcra_decide(keys, p, now, n, peek)
+  local count, period, burst = p.count, p.period, p.burst
+  local key = keys[1]
   local has, TAT, FRAC, tlast = false, 0, 0, 0
   local raw = redis.call('GET', key)
-  if raw then
-    local _, l, k = readint(raw)
-    if l then
-      local kq, kr = muldivmod(k, period, count)
-      has, tlast = true, l
-      TAT, FRAC = addpair(l, 0, kq, kr, count)
-    elseif isbinary(raw, 4) then
-      if unpack7(raw, 22) == count then
-        has, TAT, FRAC, tlast = true, unpack7(raw, 1), unpack7(raw, 8), unpack7(raw, 15)
-      end
-    else
-      local t, f, l2, c = string.match(raw, '^(%-?%d+) (%d+) (%-?%d+) (%d+)$')
-      if t and tonumber(c) == count then has, TAT, FRAC, tlast = true, tonumber(t), tonumber(f), tonumber(l2) end
-    end
+  if raw and #raw == 28 then
+    local q, r, l, c = struct.unpack('>i7i7i7i7', raw)
+    if c == count then has, TAT, FRAC, tlast = true, q, r, l end
   end
   if has and now < tlast then now = tlast end -- rule 1
 
-  local bq, br = muldivmod(burst, period, count) -- burst·T
+  local bq, br = p.bq, p.br -- burst·T
   local tq, tr = now, 0 -- max(tat, now)
   local live = has and (TAT > now or (TAT == now and FRAC > 0))
-  local fresh = not live -- the add starts from now: TAT will be now + n·T
   if live then tq, tr = TAT, FRAC end
-  local aq, ar = muldivmod(n, period, count) -- n·T
+  local aq, ar = p.tq, p.tr -- n·T
+  if n ~= 1 then aq, ar = muldivmod(n, period, count) end
   local nq, nr = addpair(tq, tr, aq, ar, count)
 
-  local allowed = lesseq(nq - now, nr, bq, br)
-  local record = allowed or cd
+  local allowed = nq - now < bq or (nq - now == bq and nr <= br)
+  local record = allowed or p.cd
   if record then tq, tr, live = nq, nr, true end
 
   local remaining
   if not live then
     remaining = burst
-  elseif lesseq(bq, br, tq - now, tr) then
+  elseif bq < tq - now or (bq == tq - now and br <= tr) then
     remaining = 0
   else
     local xq, xr = bq - (tq - now), br - tr -- burst·T - (tat - now) > 0
@@ -88,7 +70,8 @@ local function decide(now, n, peek, cd, a, min_ttl)
   end
   local reset, expires = 0, 0
   if live then
-    reset = ceilpair(tq - now, tr)
+    reset = tq - now
+    if tr > 0 then reset = reset + 1 end
     expires = now + reset
   end
   local retry = 0
@@ -99,19 +82,12 @@ local function decide(now, n, peek, cd, a, min_ttl)
       local xq, xr = now, 0
       if live then xq, xr = tq, tr end
       xq, xr = addpair(xq, xr, aq, ar, count)
-      retry = ceilpair(xq - now - bq, xr - br)
+      retry = xq - now - bq
+      if xr - br > 0 then retry = retry + 1 end
     end
   end
   if record and not peek then
-    local v
-    if fresh and n <= 999 then
-      v = intstate(false, now, n)
-    else
-      v = pack(tq, tr, now, count)
-    end
-    redis.call('SET', key, v, 'PX', ttl_ms(expires, now, min_ttl))
+    redis.call('SET', key, struct.pack('>i7i7i7i7', tq, tr, now, count), 'PX', ttl_ms(expires, now, p.min_ttl))
   end
-  return allowed, count, remaining, retry, reset, 0, expires
+  return allowed, remaining, retry, reset, 0, expires
 end
-
-return run(decide)

@@ -1,7 +1,7 @@
 -- lists.lua: the bucket and entry lists of sliding_window and
--- sliding_log, after common.lua and before the algorithm's file (the other
--- scripts do without, which spares them defining these functions on
--- every call). Go twin: internal/algo/log.go.
+-- sliding_log, after common.lua and before the algorithm's file (the
+-- other algorithms' scripts do without, which spares them defining these
+-- functions on every call). Go twin: internal/algo/log.go.
 
 -- Lists of (T, N) entries, oldest at the head, as "T N" strings: the
 -- buckets of one sliding_window limit (T = bucket index) or the entries of
@@ -10,7 +10,7 @@
 -- internal/algo/log.go.
 local CHUNK = 32
 
-local function entry(s)
+local function list_item(s)
   local t, n = string.match(s, '^(%-?%d+) (%d+)$')
   return tonumber(t), tonumber(n)
 end
@@ -24,7 +24,7 @@ local function list_live(key, scale, span, now)
     local items = redis.call('LRANGE', key, i, i + CHUNK - 1)
     if i == 0 and #items == 0 then return 0, 0, true end
     for _, s in ipairs(items) do
-      local t, n = entry(s)
+      local t, n = list_item(s)
       if t * scale + span > now then return k, gone, false end
       k = k + 1
       gone = satadd(gone, n)
@@ -38,7 +38,7 @@ end
 local function list_sum(key, k)
   local s = 0
   for _, item in ipairs(redis.call('LRANGE', key, k, -1)) do
-    local _, n = entry(item)
+    local _, n = list_item(item)
     s = satadd(s, n)
   end
   return s
@@ -72,7 +72,7 @@ local function list_wait(key, first, scale, span, budget, pending, pending_exp, 
     if lo < first then lo = first end
     local items = redis.call('LRANGE', key, lo, hi)
     for i = #items, 1, -1 do
-      local t, n = entry(items[i])
+      local t, n = list_item(items[i])
       s = satadd(s, n)
       if s > budget then return t * scale + span end
     end
@@ -85,7 +85,7 @@ end
 local function list_newest(key)
   local s = redis.call('LINDEX', key, -1)
   if not s then return nil end
-  local t = entry(s)
+  local t = list_item(s)
   return t
 end
 
@@ -97,7 +97,7 @@ local function list_record(key, k, gone, total, t, n)
   local delta = n
   local last = redis.call('LINDEX', key, -1)
   local lt, ln
-  if last then lt, ln = entry(last) end
+  if last then lt, ln = list_item(last) end
   if last and lt == t then
     local merged = satadd(ln, n)
     delta = merged - ln

@@ -4,17 +4,21 @@
 -- A list of entries "<µs> <units>", oldest first; entries of one µs share
 -- one element. An entry counts while t > now - interval.
 --
--- KEYS[2]  the state hash: l = t_last µs, t1 = the list's running sum (-1:
+-- keys[1]  the state hash: l = t_last µs, t1 = the list's running sum (-1:
 --          recount from the list)
--- KEYS[3]  the list
--- ARGV[8]  max, ≥ 1
--- ARGV[9]  interval, µs
--- ARGV[10] min_interval, µs (0: none)
+-- keys[2]  the list
+-- args[1]  "sl <common> <max> <interval µs> <min_interval µs>": max ≥ 1,
+--          min_interval 0 for none
 -- Reply: see common.lua; binding is always 0.
 
-local function decide(now, n, peek, cd, a, min_ttl)
-  local max, interval, gap = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
-  local hkey, lkey = KEYS[2], KEYS[3]
+local function sliding_log_parse(f, p)
+  p.nkeys = 2
+  p.max, p.interval, p.gap = tonumber(f[6]), tonumber(f[7]), tonumber(f[8])
+end
+
+local function sliding_log_decide(keys, p, now, n, peek)
+  local max, interval, gap, cd = p.max, p.interval, p.gap, p.cd
+  local hkey, lkey = keys[1], keys[2]
   local h = redis.call('HMGET', hkey, 'l', 't1')
   local has = h[1] ~= false
   if has and now < tonumber(h[1]) then now = tonumber(h[1]) end -- rule 1
@@ -64,11 +68,9 @@ local function decide(now, n, peek, cd, a, min_ttl)
     if not has then redis.call('DEL', lkey) end
     total = list_record(lkey, k, gone, total, now, n)
     redis.call('HSET', hkey, 'l', fmt(now), 't1', fmt(total))
-    local ttl = ttl_ms(expires, now, min_ttl)
+    local ttl = ttl_ms(expires, now, p.min_ttl)
     redis.call('PEXPIRE', hkey, ttl)
     redis.call('PEXPIRE', lkey, ttl)
   end
-  return allowed, max, remaining, retry, reset, 0, expires
+  return allowed, remaining, retry, reset, 0, expires
 end
-
-return run(decide)

@@ -4,22 +4,27 @@
 -- Per limit, the buckets (index k = ⌊t/resolution⌋, cost) of a list, oldest
 -- first; bucket k counts while now < k·resolution + window.
 --
--- KEYS[2]      the state hash: l = t_last µs, s = shape ("res:win,…" in
+-- keys[1]      the state hash: l = t_last µs, s = shape ("res:win,…" in
 --              µs; a state of another shape is dropped), t<i> = the running
 --              sum of list i (-1: recount from the list)
--- KEYS[3…]     one list per limit, in policy order, entries "<k> <cost>"
--- ARGV[8…]     per limit, three values: max, window µs, resolution µs
+-- keys[2…]     one list per limit, in policy order, entries "<k> <cost>"
+-- args[1]      "sw <common>" then per limit three values: max, window µs,
+--              resolution µs
 -- Reply: see common.lua; binding is the 0-based index of the binding limit.
 -- Every key written gets the TTL of the state's newest bucket expiry.
 
-local function decide(now, n, peek, cd, a, min_ttl)
+local function sliding_window_parse(f, p)
   local limits, shape = {}, {}
-  for i = 1, #a, 3 do
-    limits[#limits + 1] = {max = tonumber(a[i]), win = tonumber(a[i + 1]), res = tonumber(a[i + 2])}
-    shape[#shape + 1] = a[i + 2] .. ':' .. a[i + 1]
+  for i = 6, #f, 3 do
+    limits[#limits + 1] = {max = tonumber(f[i]), win = tonumber(f[i + 1]), res = tonumber(f[i + 2]), t = 't' .. (#limits + 1)}
+    shape[#shape + 1] = f[i + 2] .. ':' .. f[i + 1]
   end
-  shape = table.concat(shape, ',')
-  local hkey = KEYS[2]
+  p.limits, p.shape, p.nkeys = limits, table.concat(shape, ','), 1 + #limits
+end
+
+local function sliding_window_decide(keys, p, now, n, peek)
+  local limits, shape, cd = p.limits, p.shape, p.cd
+  local hkey = keys[1]
   local h = redis.call('HGETALL', hkey)
   local f = {}
   for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
@@ -31,7 +36,7 @@ local function decide(now, n, peek, cd, a, min_ttl)
   local allowed = true
   for i, l in ipairs(limits) do
     if has then
-      ks[i], gones[i], counts[i], totals[i] = list_count(KEYS[2 + i], tonumber(f['t' .. i]) or 0, l.res, l.win, now)
+      ks[i], gones[i], counts[i], totals[i] = list_count(keys[1 + i], tonumber(f[l.t]) or 0, l.res, l.win, now)
     else
       ks[i], gones[i], counts[i], totals[i] = 0, 0, 0, 0
     end
@@ -42,7 +47,7 @@ local function decide(now, n, peek, cd, a, min_ttl)
   -- Pass 2: on the state after the call.
   local remaining, binding, bind_rem, reset, retry = 0, -1, 0, 0, 0
   for i, l in ipairs(limits) do
-    local lkey = KEYS[2 + i]
+    local lkey = keys[1 + i]
     local after = counts[i]
     if record then after = satadd(after, n) end
     local rem = l.max - after
@@ -77,28 +82,25 @@ local function decide(now, n, peek, cd, a, min_ttl)
       if retry < 0 or wait < 0 then retry = -1 elseif wait > retry then retry = wait end
     end
   end
-  local limit = limits[binding + 1].max
 
   local expires = 0
   if has or record then expires = now + reset end
   if record and not peek then
     if not has then
       local stale = {hkey}
-      for i = 1, #limits do stale[#stale + 1] = KEYS[2 + i] end
+      for i = 1, #limits do stale[#stale + 1] = keys[1 + i] end
       redis.call('DEL', unpack(stale))
     end
     local out = {'l', fmt(now), 's', shape}
     for i, l in ipairs(limits) do
-      local total = list_record(KEYS[2 + i], ks[i], gones[i], totals[i], floordiv(now, l.res), n)
-      out[#out + 1] = 't' .. i
+      local total = list_record(keys[1 + i], ks[i], gones[i], totals[i], floordiv(now, l.res), n)
+      out[#out + 1] = l.t
       out[#out + 1] = fmt(total)
     end
     redis.call('HSET', hkey, unpack(out))
-    local ttl = ttl_ms(expires, now, min_ttl)
+    local ttl = ttl_ms(expires, now, p.min_ttl)
     redis.call('PEXPIRE', hkey, ttl)
-    for i = 1, #limits do redis.call('PEXPIRE', KEYS[2 + i], ttl) end
+    for i = 1, #limits do redis.call('PEXPIRE', keys[1 + i], ttl) end
   end
-  return allowed, limit, remaining, retry, reset, binding, expires
+  return allowed, remaining, retry, reset, binding, expires
 end
-
-return run(decide)

@@ -7,24 +7,27 @@
 -- never below -(limit - burst)), R the fraction of a token in 1/window.
 -- U ≥ n·window exactly when Q ≥ n.
 --
--- KEYS[2]  the state, a string "<created µs> <t_last µs> <Q> <R> <window µs>";
---          a state written under another window is ignored
--- ARGV[8]  limit, ≥ 1
--- ARGV[9]  window, µs
--- ARGV[10] burst, 1 to limit
+-- keys[1]  the state: created, t_last (µs), Q, R and the window (µs) as
+--          five signed 7-byte big-endian integers (struct, 35 bytes); a
+--          state written under another window is ignored
+-- args[1]  "tb <common> <limit> <window µs> <burst>": limit ≥ 1, burst 1
+--          to limit
 -- Reply: see common.lua; binding is always 0.
 
-local function decide(now, n, peek, cd, a, min_ttl)
-  local limit, w, burst = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
+local function token_bucket_parse(f, p)
+  p.nkeys = 1
+  p.limit, p.w, p.burst = tonumber(f[6]), tonumber(f[7]), tonumber(f[8])
+end
+
+local function token_bucket_decide(keys, p, now, n, peek)
+  local limit, w, burst = p.limit, p.w, p.burst
   local rate = limit - burst -- U gained per µs
-  local key = KEYS[2]
+  local key = keys[1]
   local has, created_s, tlast, Q, R = false, 0, 0, 0, 0
   local raw = redis.call('GET', key)
-  if raw then
-    local c, l, q, r, sw = string.match(raw, '^(%-?%d+) (%-?%d+) (%-?%d+) (%d+) (%d+)$')
-    if c and tonumber(sw) == w then
-      has, created_s, tlast, Q, R = true, tonumber(c), tonumber(l), tonumber(q), tonumber(r)
-    end
+  if raw and #raw == 35 then
+    local c, l, q, r, sw = struct.unpack('>i7i7i7i7i7', raw)
+    if sw == w then has, created_s, tlast, Q, R = true, c, l, q, r end
   end
   if has and now < tlast then now = tlast end -- rule 1
 
@@ -40,7 +43,7 @@ local function decide(now, n, peek, cd, a, min_ttl)
   end
 
   local allowed = n <= burst and q >= n
-  local record = allowed or cd
+  local record = allowed or p.cd
   local aq, ar = q, r
   if record then
     if n > q + rate then
@@ -71,10 +74,12 @@ local function decide(now, n, peek, cd, a, min_ttl)
     end
   end
   if record and not peek then
-    redis.call('SET', key, fmt(created) .. ' ' .. fmt(now) .. ' ' .. fmt(aq) .. ' ' .. fmt(ar) .. ' ' .. fmt(w),
-      'PX', ttl_ms(expires, now, min_ttl))
+    local v = struct.pack('>i7i7i7i7i7', created, now, aq, ar, w)
+    if live then
+      redis.call('SET', key, v, 'KEEPTTL') -- the state expires when created + window
+    else
+      redis.call('SET', key, v, 'PX', ttl_ms(expires, now, p.min_ttl))
+    end
   end
-  return allowed, limit, remaining, retry, reset, 0, expires
+  return allowed, remaining, retry, reset, 0, expires
 end
-
-return run(decide)

@@ -26,6 +26,7 @@ type breaker struct {
 	state     atomic.Int32
 	openUntil atomic.Int64 // ns, while open
 	since     atomic.Int64 // ns: when the state last changed
+	used      atomic.Int64 // ns: about when a call last asked for the node (to the second)
 }
 
 type bucket struct {
@@ -38,6 +39,9 @@ type bucket struct {
 // whether it is the probe of an open breaker (whose outcome decides the
 // breaker's state).
 func (b *breaker) admit(now int64) (ok, probe bool) {
+	if now-b.used.Load() > int64(time.Second) {
+		b.used.Store(now) // one write a second, not one a call
+	}
 	switch b.state.Load() {
 	case closed:
 		return true, false

@@ -28,10 +28,14 @@ type shardedStore struct {
 	*memstore.Store
 	down  sync.Map // node -> bool
 	calls atomic.Int64
+	aNode atomic.Pointer[string] // where keys "a…" live; nil: "A"
 }
 
-func (s *shardedStore) Node(p *floodgate.Policy, key string) string {
+func (s *shardedStore) Node(_ context.Context, p *floodgate.Policy, key string) string {
 	if strings.HasPrefix(key, "a") {
+		if n := s.aNode.Load(); n != nil {
+			return *n
+		}
 		return "A"
 	}
 	return "B"
@@ -39,7 +43,7 @@ func (s *shardedStore) Node(p *floodgate.Policy, key string) string {
 
 func (s *shardedStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
 	s.calls.Add(1)
-	if v, _ := s.down.Load(s.Node(req.Policy, req.Key)); v == true {
+	if v, _ := s.down.Load(s.Node(ctx, req.Policy, req.Key)); v == true {
 		return floodgate.Decision{}, fmt.Errorf("%w: node down", floodgate.ErrUnavailable)
 	}
 	return s.Store.Take(ctx, req)
@@ -117,6 +121,71 @@ func TestBreakerPerNode(t *testing.T) {
 	}
 	if len(open) != 1 || open[0] != "A" {
 		t.Errorf("open breakers %v, want [A]", open)
+	}
+}
+
+// breakerLog records BreakerChanged calls.
+type breakerLog struct {
+	mu      sync.Mutex
+	changes []string
+}
+
+func (l *breakerLog) StoreCall(op, node string, took time.Duration, err error) {}
+func (l *breakerLog) BreakerChanged(node string, open bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.changes = append(l.changes, fmt.Sprintf("%s=%v", node, open))
+}
+
+// TestBreakerForgotten: after a failover moves node A's keys to node C,
+// A's open breaker is forgotten once no call has asked for A in a
+// minute; C's keys are decided by the store at once.
+func TestBreakerForgotten(t *testing.T) {
+	clock := floodgatetest.NewManualClock(epoch)
+	inner := newSharded(t, clock)
+	obs := &breakerLog{}
+	s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Closed, Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Second}},
+		failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler)), failure.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner.down.Store("A", true)
+	for range 3 {
+		take(t, s, "a1")
+	}
+	c := "C"
+	inner.aNode.Store(&c) // the replica took over
+	if d := take(t, s, "a1"); d.Degraded || !d.Allowed {
+		t.Fatalf("a key on the new master C: %+v", d)
+	}
+	open := func() (nodes []string) {
+		for _, b := range s.Guard().Breakers() {
+			if b.Open {
+				nodes = append(nodes, b.Node)
+			}
+		}
+		return nodes
+	}
+	if got := open(); len(got) != 1 || got[0] != "A" {
+		t.Fatalf("open breakers %v, want [A] until it is forgotten", got)
+	}
+	for range 4 { // a minute and more of calls for B and C only
+		clock.Advance(20 * time.Second)
+		take(t, s, "a1")
+		take(t, s, "b1")
+	}
+	if got := open(); len(got) != 0 {
+		t.Errorf("open breakers %v a minute after A was last asked for, want none", got)
+	}
+	for _, b := range s.Guard().Breakers() {
+		if b.Node == "A" {
+			t.Errorf("A's breaker still listed: %+v", b)
+		}
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if want := []string{"A=true", "A=false"}; fmt.Sprint(obs.changes) != fmt.Sprint(want) {
+		t.Errorf("breaker changes %v, want %v", obs.changes, want)
 	}
 }
 

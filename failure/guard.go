@@ -65,9 +65,10 @@ func (g *Guard) SetPolicy(p Policy) error {
 // Policy returns the policy in force, with its defaults filled in.
 func (g *Guard) Policy() Policy { return *g.policy.Load() }
 
-// Breakers returns the state of every node's breaker the guard has seen,
-// for readiness and metrics.
+// Breakers returns the state of the breaker of every node the guard has
+// seen calls for lately, for readiness and metrics.
 func (g *Guard) Breakers() []BreakerState {
+	g.forget(g.clock.Now().UnixNano())
 	var out []BreakerState
 	g.breakers.Range(func(_, v any) bool {
 		out = append(out, v.(*breaker).snapshot())
@@ -80,8 +81,35 @@ func (g *Guard) breaker(node string) *breaker {
 	if v, ok := g.breakers.Load(node); ok {
 		return v.(*breaker)
 	}
-	v, _ := g.breakers.LoadOrStore(node, &breaker{node: node})
+	now := g.clock.Now().UnixNano()
+	g.forget(now) // a new node: one may have left (a Cluster failover)
+	b := &breaker{node: node}
+	b.used.Store(now)
+	v, _ := g.breakers.LoadOrStore(node, b)
 	return v.(*breaker)
+}
+
+// forgetAfter is how long a node's breaker is kept without a call asking
+// for the node: a Cluster master that failed over, or whose slots moved,
+// is forgotten, so that its breaker, open or not, no longer shows in
+// readiness and metrics.
+const forgetAfter = time.Minute
+
+// forget drops the breakers of nodes no call has asked for in
+// forgetAfter, as of now (ns).
+func (g *Guard) forget(now int64) {
+	g.breakers.Range(func(k, v any) bool {
+		b := v.(*breaker)
+		if now-b.used.Load() <= int64(forgetAfter) {
+			return true
+		}
+		g.breakers.Delete(k)
+		if b.state.Load() != closed {
+			g.log.Info("store node no longer asked for: its open circuit breaker is forgotten", "node", nodeName(b.node))
+			g.changed(b.node, false)
+		}
+		return true
+	})
 }
 
 // requestError reports whether err is the request's fault (or the

@@ -47,11 +47,11 @@ func (s *Store) Guard() *Guard { return s.g }
 // Unwrap returns the wrapped store.
 func (s *Store) Unwrap() floodgate.Store { return s.inner }
 
-func (s *Store) node(req *floodgate.Request) string {
+func (s *Store) node(ctx context.Context, req *floodgate.Request) string {
 	if s.router == nil || req.Policy == nil {
 		return ""
 	}
-	return s.router.Node(req.Policy, req.Key)
+	return s.router.Node(ctx, req.Policy, req.Key)
 }
 
 func opOf(req *floodgate.Request) string {
@@ -76,7 +76,7 @@ func (s *Store) TakeVia(ctx context.Context, req floodgate.Request, take func(co
 	if fb != nil {
 		fallback = func(ctx context.Context) (floodgate.Decision, error) { return fb.Take(ctx, req) }
 	}
-	d, _, err := s.g.Do(ctx, opOf(&req), s.node(&req), func(ctx context.Context) (floodgate.Decision, error) {
+	d, _, err := s.g.Do(ctx, opOf(&req), s.node(ctx, &req), func(ctx context.Context) (floodgate.Decision, error) {
 		return take(ctx, req)
 	}, fallback)
 	return d, err
@@ -100,7 +100,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	probes := make([]bool, len(reqs))
 	send := make([]int, 0, len(reqs))
 	for i := range reqs {
-		nodes[i] = s.node(&reqs[i])
+		nodes[i] = s.node(ctx, &reqs[i])
 		ok, probe := true, false
 		if !p.Breaker.Disabled {
 			ok, probe = s.g.breaker(nodes[i]).admit(now)

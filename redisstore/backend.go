@@ -71,28 +71,31 @@ type goRedis struct {
 }
 
 func (g goRedis) run(ctx context.Context, c *call) (any, error) {
-	return g.cmd(ctx, g.c, c).Result()
+	cmd := g.cmd(ctx, c)
+	_ = g.c.Process(ctx, cmd)
+	return cmd.Result()
 }
 
-// cmd queues (on a pipeline) or sends c on r.
-func (g goRedis) cmd(ctx context.Context, r redis.Cmdable, c *call) *redis.Cmd {
+// cmd returns c's command, never sent twice (decisionCmd).
+func (g goRedis) cmd(ctx context.Context, c *call) decisionCmd {
 	switch c.kind {
 	case fcall:
-		return r.FCall(ctx, c.name, c.keys, c.args...)
+		return newDecisionCmd(ctx, "fcall", c.name, c.keys, c.args)
 	case fcallRO:
-		return r.FCallRO(ctx, c.name, c.keys, c.args...)
+		return newDecisionCmd(ctx, "fcall_ro", c.name, c.keys, c.args)
 	case evalSha:
-		return r.EvalSha(ctx, c.name, c.keys, c.args...)
+		return newDecisionCmd(ctx, "evalsha", c.name, c.keys, c.args)
 	default:
-		return r.Eval(ctx, c.src, c.keys, c.args...)
+		return newDecisionCmd(ctx, "eval", c.src, c.keys, c.args)
 	}
 }
 
 func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 	pipe := g.c.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
+	cmds := make([]decisionCmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = g.cmd(ctx, pipe, c)
+		cmds[i] = g.cmd(ctx, c)
+		_ = pipe.Process(ctx, cmds[i])
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 	for i, c := range calls {

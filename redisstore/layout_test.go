@@ -96,23 +96,115 @@ func TestKeyLayout(t *testing.T) {
 			if err != nil || !d.Allowed {
 				t.Fatalf("%s key %q: %v, %v", p.Name, key, d, err)
 			}
-			tag := "fg:{" + p.Name + ":" + key + "}:"
-			slot := int64(-1)
+			// The key's braces (and %) are escaped inside the tag, so the
+			// whole key, and only the policy and the key, choose the slot.
+			escaped := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(key)
+			tag := "fg:{" + p.Name + ":" + escaped + "}:"
+			whole, err := node.Do(t, "CLUSTER", "KEYSLOT", "{"+p.Name+":"+escaped+"}")
+			if err != nil {
+				t.Fatal(err)
+			}
+			slot := whole.(int64)
 			for _, part := range append([]string{"u"}, parts[p.Algorithm]...) {
 				reply, err := node.Do(t, "CLUSTER", "KEYSLOT", tag+part)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if slot >= 0 && reply.(int64) != slot {
-					t.Fatalf("%s key %q: %s is in slot %d, another key of the same decision in %d", p.Name, key, part, reply, slot)
+				if reply.(int64) != slot {
+					t.Fatalf("%s key %q: %s is in slot %d; the policy and the whole key hash to %d", p.Name, key, part, reply, slot)
 				}
-				slot = reply.(int64)
 				want++
 			}
 		}
 	}
 	if got := dbsize(t, cl.Nodes...)(); got != want {
 		t.Errorf("the cluster holds %d keys; the decisions' own keys are %d", got, want)
+	}
+}
+
+// TestKeysCannotSteer: keys containing "}" (which would end an unescaped
+// hash tag early, putting them all in one slot) spread over the masters
+// like plain keys, and keys that differ only in escaped bytes keep
+// separate counters.
+func TestKeysCannotSteer(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := newStore(t, clusterClient(t, cl))
+	ctx := context.Background()
+	p := floodgate.Policy{Name: "steer", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Hour}
+	const n = 3000
+	spread := func(format string) []int {
+		t.Helper()
+		before := make([]int, len(cl.Nodes))
+		for i, node := range cl.Nodes {
+			before[i] = dbsize(t, node)()
+		}
+		for i := range n {
+			if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: fmt.Sprintf(format, i), N: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := make([]int, len(cl.Nodes))
+		for i, node := range cl.Nodes {
+			out[i] = dbsize(t, node)() - before[i]
+		}
+		return out
+	}
+	plain, braced := spread("user%d"), spread("x}user%d")
+	t.Logf("keys per master: plain %v, with \"}\" %v", plain, braced)
+	for i := range cl.Nodes {
+		// A third each, within a generous margin (3,000 keys: the
+		// standard deviation of a master's share is about 26).
+		if braced[i] < n/3-200 || braced[i] > n/3+200 {
+			t.Errorf("master %d holds %d of %d keys containing \"}\" (plain keys: %v): the key steers the slot", i, braced[i], n, plain)
+		}
+	}
+	for _, pair := range [][2]string{{"a}b", "a%7Db"}, {"a{b", "a%7Bb"}, {"a%b", "a%25b"}} {
+		for _, key := range pair {
+			if d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: key, N: 1}); err != nil || !d.Allowed {
+				t.Errorf("key %q, first request: %+v, %v: it shares a counter with another key", key, d, err)
+			}
+		}
+	}
+}
+
+// TestNode: the store names the master that owns a key's slot; without a
+// cluster, none.
+func TestNode(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := newStore(t, clusterClient(t, cl))
+	ctx := context.Background()
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := floodgate.Policy{Name: "node", Algorithm: floodgate.GCRA, Max: 10, Window: time.Second, Burst: 1}
+	seen := map[string]bool{}
+	for i := range 60 {
+		key := fmt.Sprintf("k}%d", i)
+		node := s.Node(ctx, &p, key)
+		escaped := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(key)
+		reply, err := cl.Nodes[0].Do(t, "CLUSTER", "KEYSLOT", "{node:"+escaped+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		slot := int(reply.(int64))
+		owner := 0 // StartCluster gives master i the slots from i*16384/masters
+		for i := range cl.Nodes {
+			if slot >= i*16384/len(cl.Nodes) {
+				owner = i
+			}
+		}
+		want := cl.Addrs[owner]
+		if node != want {
+			t.Errorf("key %q (slot %d): Node %q, want %q", key, slot, node, want)
+		}
+		seen[node] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("60 keys named %d masters", len(seen))
+	}
+	standalone := newStore(t, client(t, redistest.StartServer(t)))
+	if got := standalone.Node(ctx, &p, "k"); got != "" {
+		t.Errorf("standalone Node = %q, want \"\"", got)
 	}
 }
 

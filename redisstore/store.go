@@ -12,7 +12,9 @@
 //
 //	<prefix>:{<policy>:<key>}:<part>
 //
-// so each decision touches a single Redis Cluster slot. Every key written
+// so each decision touches a single Redis Cluster slot; the key's "%", "{"
+// and "}" are escaped inside the tag ("%25", "%7B", "%7D"), so that a key
+// cannot end the tag early and steer itself to another slot. Every key written
 // carries a TTL of the state's own horizon (rounded up to the millisecond).
 //
 // The functions form one library, loaded once per master by Preload (or
@@ -43,12 +45,25 @@
 //
 // # Retries
 //
-// A script call that may have run is never sent again by the store: it
-// would count twice. Give New a client built with MaxRetries: -1 (go-redis
-// retries commands on network errors by default), so that the client does
-// not do it either, and with ContextTimeoutEnabled: true, so that a
-// context's deadline bounds a call to a server that stopped answering
-// (without it go-redis waits for its own ReadTimeout).
+// A decision that may have run is never sent again: it would count twice.
+// Its command tells go-redis not to retry it (a cluster client would
+// otherwise send it again after a broken connection), and the store does
+// not either. Give New a client built with MaxRetries: -1 as well (go-redis
+// retries other commands on network errors by default), and with
+// ContextTimeoutEnabled: true, so that a context's deadline bounds a call
+// to a server that stopped answering (without it go-redis waits for its
+// own ReadTimeout).
+//
+// # Cluster failover
+//
+// On a *redis.ClusterClient, New adds a hook that reads the slot map again
+// when a call fails to reach a master (a refused or broken connection, a
+// timeout, CLUSTERDOWN), at most every 250 ms: go-redis itself does so only
+// on MOVED and every ClusterStateReloadInterval (60 s by default; floodgate
+// serve uses 500 ms), so without the hook a dead master's slots would go to
+// its address long after a replica took over. Node names the master of a
+// key, which makes the Store a storekit.Router: wrapped by package failure,
+// each master gets its own circuit breaker.
 //
 // A Store is safe for concurrent use by multiple goroutines.
 package redisstore
@@ -85,8 +100,9 @@ type Store struct {
 	prefix    string
 	clock     storekit.Clock // nil: the server's TIME
 	maxKeyLen int
-	hashKey   []byte // nil: keys as given
-	minTTL    int64  // µs
+	hashKey   []byte               // nil: keys as given
+	minTTL    int64                // µs
+	cluster   *redis.ClusterClient // the client, when it is one (Node)
 
 	prepared    *storekit.Cache[*prepared] // by policy, bounded
 	scriptsOnly atomic.Bool                // no functions (Redis < 7.0): EVALSHA
@@ -195,6 +211,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		if err := o(s); err != nil {
 			return nil, err
 		}
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		s.cluster = cc
+		cc.AddHook(reloadHook{cc: cc, last: new(atomic.Int64)})
 	}
 	return s, nil
 }
@@ -323,6 +343,19 @@ func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 	return pr, nil
 }
 
+// tagSafe escapes the braces of a key, and the escape character itself,
+// so that the key cannot end the hash tag around it early: only the policy
+// and the whole key choose a decision's cluster slot, and two keys never
+// share a stored name.
+func tagSafe(key string) string {
+	if !strings.ContainsAny(key, "{}%") {
+		return key
+	}
+	return tagEscaper.Replace(key)
+}
+
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
 // storedKey returns the key as stored: the key itself, or its HMAC.
 func (s *Store) storedKey(key string) string {
 	if s.hashKey == nil {
@@ -336,7 +369,7 @@ func (s *Store) storedKey(key string) string {
 // keys returns the keys of one decision: the state keys, then the usage
 // hash when usage is tracked (or all is set, for Reset).
 func (s *Store) keys(p *floodgate.Policy, pr *prepared, key string, all bool) []string {
-	tag := s.prefix + ":{" + p.Name + ":" + s.storedKey(key) + "}:"
+	tag := s.prefix + ":{" + p.Name + ":" + tagSafe(s.storedKey(key)) + "}:"
 	ks := make([]string, 0, 1+len(pr.parts))
 	for _, part := range pr.parts {
 		ks = append(ks, tag+part)

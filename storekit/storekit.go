@@ -130,5 +130,5 @@ type Pinger interface {
 // node on its own and a failing shard never degrades keys on healthy ones.
 // A store on one node returns "". Test for it with a type assertion.
 type Router interface {
-	Node(p *floodgate.Policy, key string) string
+	Node(ctx context.Context, p *floodgate.Policy, key string) string
 }

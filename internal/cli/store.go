@@ -62,6 +62,10 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 	return &openedStore{store: rs, redis: rs, close: func() { rs.Close(); client.Close() }}, nil
 }
 
+// clusterReloadInterval is how often a cluster client reads the slot map
+// again while it is used.
+const clusterReloadInterval = 500 * time.Millisecond
+
 // redisClient builds the go-redis client of the configured Redis store.
 // Store calls are bounded by their context (ContextTimeoutEnabled); a call
 // that may have run is never retried (MaxRetries -1).
@@ -82,7 +86,12 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, error) {
 		o.WriteTimeout = o.ReadTimeout
 		return redis.NewClient(o), nil
 	case "redis-cluster":
-		o := &redis.ClusterOptions{Addrs: s.Addrs, Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true}
+		o := &redis.ClusterOptions{Addrs: s.Addrs, Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true,
+			// The slot map is read again twice a second while decisions are
+			// made (and by redisstore as soon as a call fails to reach a
+			// master), so a replica that took over is used within half a
+			// second; a redirection is followed without a pause.
+			ClusterStateReloadInterval: clusterReloadInterval, MinRetryBackoff: -1, MaxRetryBackoff: -1}
 		timeouts(&o.DialTimeout, &o.ReadTimeout)
 		o.WriteTimeout = o.ReadTimeout
 		return redis.NewClusterClient(o), nil

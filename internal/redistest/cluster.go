@@ -29,7 +29,8 @@ type Cluster struct {
 type ClusterOption func(*clusterOptions)
 
 type clusterOptions struct {
-	replicas int
+	replicas   int
+	directives []string
 }
 
 // WithReplicas gives every master n replicas (n ≥ 0), which StartCluster
@@ -38,6 +39,12 @@ type clusterOptions struct {
 // them with ClusterOptions.ReadOnly (and RouteRandomly or RouteByLatency).
 func WithReplicas(n int) ClusterOption {
 	return func(o *clusterOptions) { o.replicas = n }
+}
+
+// WithNodeConfig adds configuration directives ("cluster-require-full-coverage
+// no") to every node's configuration file.
+func WithNodeConfig(directives ...string) ClusterOption {
+	return func(o *clusterOptions) { o.directives = append(o.directives, directives...) }
 }
 
 // StartCluster starts a Redis Cluster of masters nodes (and, with
@@ -72,6 +79,7 @@ func StartCluster(t testing.TB, masters int, opts ...ClusterOption) *Cluster {
 			// the replicas, every 10 s by default.
 			"repl-ping-replica-period 1",
 		)
+		s.directives = append(s.directives, o.directives...)
 		return s
 	}
 	all := []*Server{}

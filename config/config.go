@@ -83,6 +83,26 @@ type Store struct {
 	// OverLimitCache answers keys already over a fixed window's limit
 	// locally until the window ends (default true).
 	OverLimitCache bool
+	// TLS configures TLS to every Redis node and sentinel.
+	TLS StoreTLS
+}
+
+// StoreTLS configures TLS to Redis: standalone, every node of a cluster,
+// the sentinels and the master they name alike.
+type StoreTLS struct {
+	// Enabled turns TLS on. A rediss:// url, or addrs written
+	// rediss://host:port, turn it on too.
+	Enabled bool
+	// CAFile is a PEM bundle of the certificate authorities that sign the
+	// servers' certificates; empty means the system's roots.
+	CAFile string
+	// CertFile and KeyFile, both or neither, are the client certificate
+	// presented to servers that ask for one (tls-auth-clients). They are
+	// read again when they change.
+	CertFile, KeyFile string
+	// ServerName is the name the servers' certificates carry, when it is
+	// not the host of the address dialed (a cluster announcing IPs, say).
+	ServerName string
 }
 
 // Failure says what the service answers when the store fails or exceeds
@@ -691,6 +711,9 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 	if v, ok := fs["addrs"]; ok {
 		s.Addrs, _ = r.strings(v.value, "store.addrs")
 	}
+	if v, ok := fs["tls"]; ok {
+		r.storeTLS(v.value, &s.TLS)
+	}
 	if v, ok := fs["timeout"]; ok {
 		if d, ok := r.duration(v.value, "store.timeout", time.Millisecond); ok {
 			if d > MaxTimeout {
@@ -748,14 +771,22 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 		r.errorf(line("type"), "store.type", "want memory, redis, redis-cluster or redis-sentinel, found %q", s.Type)
 	}
 	if s.Type == "redis-cluster" || s.Type == "redis-sentinel" {
-		for i, a := range s.Addrs {
-			if err := CheckAddr(a, false); err != nil {
-				r.errorf(line("addrs"), fmt.Sprintf("store.addrs[%d]", i), "%v", err)
+		for _, p := range addrProblems(s.Addrs) {
+			field := "store.addrs"
+			if p.index >= 0 {
+				field = fmt.Sprintf("store.addrs[%d]", p.index)
 			}
+			r.errorf(line("addrs"), field, "%v", p.err)
 		}
 	}
 	if s.MaxKeys != 0 && s.Type != "memory" && s.Type != "" {
 		r.errorf(line("max_keys"), "store.max_keys", "applies to the memory store only")
+	}
+	if t := s.TLS; (t.CAFile != "" || t.CertFile != "" || t.ServerName != "") && !s.UsesTLS() {
+		r.errorf(line("tls"), "store.tls", "settings without TLS: set store.tls.enabled, or write the url or addrs rediss://")
+	}
+	if s.UsesTLS() && (s.Type == "memory" || s.Type == "") {
+		r.errorf(line("tls"), "store.tls", "the memory store has no connection to encrypt")
 	}
 	if s.HashKeysSecret != "" && len(s.HashKeysSecret) < 16 {
 		r.errorf(line("hash_keys_secret"), "store.hash_keys_secret", "want at least 16 bytes")
@@ -763,6 +794,80 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 	if s.Prefix != "" && strings.ContainsAny(s.Prefix, "{}*?[]\\ ") {
 		r.errorf(line("prefix"), "store.prefix", "want letters, digits and _ . - / : only, found %q", s.Prefix)
 	}
+}
+
+// UsesTLS reports whether the store connects over TLS: store.tls.enabled,
+// a rediss:// url, or addrs written rediss://host:port.
+func (s Store) UsesTLS() bool {
+	if s.TLS.Enabled || strings.HasPrefix(s.URL, "rediss://") {
+		return true
+	}
+	for _, a := range s.Addrs {
+		if strings.HasPrefix(a, "rediss://") {
+			return true
+		}
+	}
+	return false
+}
+
+// HostPorts returns the addresses of a cluster's seed nodes or of the
+// sentinels as host:port, without the redis:// or rediss:// they may be
+// written with.
+func (s Store) HostPorts() []string {
+	out := make([]string, len(s.Addrs))
+	for i, a := range s.Addrs {
+		if _, rest, ok := strings.Cut(a, "://"); ok {
+			a = rest
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// CheckAddrs reports what is wrong with the addresses of a cluster's seed
+// nodes or of the sentinels, or nil: each is host:port, redis://host:port
+// or rediss://host:port (TLS), and either all or none ask for TLS. The
+// error names each address at fault by its index.
+func CheckAddrs(addrs []string) error {
+	if len(addrs) == 0 {
+		return errors.New("no address: want host:port, or rediss://host:port for TLS")
+	}
+	var errs []error
+	for _, p := range addrProblems(addrs) {
+		if p.index >= 0 {
+			errs = append(errs, fmt.Errorf("[%d]: %w", p.index, p.err))
+		} else {
+			errs = append(errs, p.err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type addrProblem struct {
+	index int // -1: the list as a whole
+	err   error
+}
+
+func addrProblems(addrs []string) []addrProblem {
+	var out []addrProblem
+	schemes := map[bool]bool{} // TLS or not
+	for i, a := range addrs {
+		scheme, rest, found := strings.Cut(a, "://")
+		if !found {
+			scheme, rest = "", a
+		} else if scheme != "redis" && scheme != "rediss" {
+			out = append(out, addrProblem{i, fmt.Errorf("want host:port, redis://host:port or rediss://host:port (TLS), found %q", a)})
+			continue
+		}
+		schemes[scheme == "rediss"] = true
+		if err := CheckAddr(rest, false); err != nil {
+			out = append(out, addrProblem{i, err})
+		}
+	}
+	if len(schemes) > 1 {
+		out = append(out, addrProblem{-1, errors.New("give every address rediss:// (TLS) or none")})
+	}
+	return out
 }
 
 // CheckRedisURL reports what is wrong with a Redis URL, or nil: its scheme

@@ -90,11 +90,43 @@ policies:
     rate: 10/1s
     brust: 5
 `, []string{"f.yaml:5: policies.p.brust: unknown field; allowed here: " + allowedPolicy}},
+		{"TLS addresses mixed", `
+store:
+  addrs: [rediss://127.0.0.1:7000, 127.0.0.1:7001]
+`, []string{"f.yaml:2: store.addrs: give every address rediss:// (TLS) or none"}},
+		{"TLS settings without TLS", `
+store:
+  url: redis://127.0.0.1:6380
+  tls:
+    server_name: redis.example
+`, []string{"f.yaml:4: store.tls: settings without TLS: set store.tls.enabled, or write the url or addrs rediss://"}},
+		{"TLS files that cannot be used", `
+store:
+  url: rediss://127.0.0.1:6380
+  tls:
+    ca_file: /nonexistent/ca.pem
+    cert_file: /nonexistent/client.pem
+`, []string{"f.yaml:4: store.tls: cert_file and key_file go together: give both or neither"}},
+		{"a CA file that cannot be read", `
+store:
+  url: rediss://127.0.0.1:6380
+  tls:
+    ca_file: /nonexistent/ca.pem
+`, []string{"f.yaml:4: store.tls.ca_file: open /nonexistent/ca.pem: no such file or directory"}},
+		{"TLS for the memory store", `
+store:
+  tls:
+    enabled: true
+`, []string{"f.yaml:3: store.tls: the memory store has no connection to encrypt"}},
+		{"an address scheme that is not Redis's", `
+store:
+  addrs: ["http://127.0.0.1:7000"]
+`, []string{"f.yaml:2: store.addrs[0]: want host:port, redis://host:port or rediss://host:port (TLS), found \"http://127.0.0.1:7000\""}},
 		{"unknown store field", `
 store:
   type: memory
   tpye: redis
-`, []string{"f.yaml:3: store.tpye: unknown field; allowed here: type, url, addrs, master, username, password, prefix, timeout, max_keys, hash_keys_secret, batching, over_limit_cache"}},
+`, []string{"f.yaml:3: store.tpye: unknown field; allowed here: type, url, addrs, master, username, password, prefix, timeout, max_keys, hash_keys_secret, batching, over_limit_cache, tls"}},
 		{"unknown fields of failure, admin, limits, listen, envoy", `
 failure:
   modus: open

@@ -64,4 +64,7 @@ var misconfigured = []string{
 	"tls: first record does not look like a TLS handshake",
 	"certificate signed by unknown authority",
 	"x509: ",
+	"tls: certificate required", // the server asks for a client certificate
+	"tls: bad certificate",      // and refuses the one given
+	"tls: unknown certificate authority",
 }

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -103,6 +104,56 @@ func TestConformanceCluster(t *testing.T) {
 			floodgatetest.Run(t, replayHarness(clusterClient(t, cl), dbsize(t, cl.Nodes...), path.opts...))
 		})
 	}
+}
+
+// TestConformanceTLS: the suite through TLS, to a standalone server that
+// demands a client certificate and to a 3-master Cluster whose bus and
+// replication are over TLS too (the client reads the nodes' TLS ports in
+// CLUSTER SLOTS). A client that does not trust the CA, or presents no
+// certificate, is refused with an error Misconfigured recognises.
+func TestConformanceTLS(t *testing.T) {
+	certs := redistest.NewCerts(t)
+	t.Run("Standalone", func(t *testing.T) {
+		srv := redistest.StartServer(t, redistest.WithTLS(certs, true))
+		c := redis.NewClient(&redis.Options{Addr: srv.TLSAddr, MaxRetries: -1, TLSConfig: certs.ClientConfig()})
+		t.Cleanup(func() { c.Close() })
+		floodgatetest.Run(t, replayHarness(c, dbsize(t, srv)))
+
+		for name, cfg := range map[string]*tls.Config{
+			"unknown CA":            {MinVersion: tls.VersionTLS12},
+			"no client certificate": {RootCAs: certs.Pool, MinVersion: tls.VersionTLS12},
+		} {
+			bad := redis.NewClient(&redis.Options{Addr: srv.TLSAddr, MaxRetries: -1, TLSConfig: cfg})
+			err := newStore(t, bad).Ping(context.Background())
+			bad.Close()
+			if err == nil || !redisstore.Misconfigured(err) {
+				t.Errorf("%s: Ping = %v; want an error Misconfigured recognises", name, err)
+			}
+		}
+	})
+	t.Run("Sentinel", func(t *testing.T) {
+		st := redistest.StartSentinel(t, redistest.WithSentinelTLS(certs))
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.MasterName, SentinelAddrs: st.TLSAddrs, MaxRetries: -1, TLSConfig: certs.ClientConfig()})
+		t.Cleanup(func() { c.Close() })
+		lim, err := floodgate.NewLimiter(newStore(t, c), floodgate.Policy{Name: "sentinel", Algorithm: floodgate.FixedWindow, Max: 2, Window: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []bool{true, true, false} {
+			if d, err := lim.Allow(context.Background(), "k"); err != nil || d.Allowed != want {
+				t.Fatalf("Allow #%d = %v, %v; want allowed %v", i, d, err, want)
+			}
+		}
+		if n, err := st.Master.Do(t, "DBSIZE"); err != nil || n.(int64) != 1 {
+			t.Errorf("the master holds %v keys (%v), want the one state key", n, err)
+		}
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3, redistest.WithClusterTLS(certs))
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.TLSAddrs, MaxRetries: -1, TLSConfig: certs.ClientConfig()})
+		t.Cleanup(func() { c.Close() })
+		floodgatetest.Run(t, replayHarness(c, dbsize(t, cl.Nodes...)))
+	})
 }
 
 // TestSentinel: decisions through a Sentinel failover client reach the

@@ -73,6 +73,8 @@ func TestStoreMisconfiguration(t *testing.T) {
 		return writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore: {url: \""+url+"\"}\n")
 	}
 	listen := []string{"--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--watch", "0"}
+	certs := redistest.NewCerts(t)
+	tlsSrv := redistest.StartServer(t, redistest.WithTLS(certs, true))
 	for _, c := range []struct {
 		name  string
 		env   []string
@@ -99,6 +101,14 @@ func TestStoreMisconfiguration(t *testing.T) {
 			[]string{"store.url of ", "WRONGPASS"}},
 		{"a port in the configuration", nil, []string{"--config", cfgWithURL("redis://" + host + ":99999")},
 			[]string{"store.url", "port 99999"}},
+		{"TLS: a server certificate of an unknown CA", nil, []string{"--redis", "rediss://" + tlsSrv.TLSAddr},
+			[]string{"--redis", "certificate signed by unknown authority", "store.tls.ca_file"}},
+		{"TLS: no client certificate", nil, []string{"--config", writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore:\n  url: rediss://"+tlsSrv.TLSAddr+"\n  tls: {ca_file: "+certs.CAFile+"}\n")},
+			[]string{"store.url of ", "certificate required", "store.tls.cert_file"}},
+		{"TLS to a server that has none", nil, []string{"--redis", "rediss://" + srv.Addr},
+			[]string{"--redis", "answers without TLS"}},
+		{"no TLS to a server that demands it", nil, []string{"--redis", "redis://" + tlsSrv.TLSAddr},
+			[]string{"--redis", "speaks TLS: write its address rediss://"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, stderr, took := exitOf(t, cleanEnv(c.env...), 30*time.Second, append(append([]string{"serve"}, listen...), c.args...)...)
@@ -121,6 +131,21 @@ func TestStoreMisconfiguration(t *testing.T) {
 	}
 	_ = port
 
+	t.Run("TLS with the CA and a client certificate: decides", func(t *testing.T) {
+		// A generous timeout: a busy machine's TLS handshake must not
+		// degrade the decision this checks.
+		path := writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore:\n  timeout: 2s\n  url: rediss://"+tlsSrv.TLSAddr+
+			"\n  tls: {ca_file: "+certs.CAFile+", cert_file: "+certs.ClientCert+", key_file: "+certs.ClientKey+"}\n")
+		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...), "--config", path)...)
+		defer s.stop()
+		resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
+		if err != nil || resp.StatusCode != http.StatusOK || len(r.Decisions) != 1 || r.Decisions[0].Degraded {
+			t.Fatalf("check over TLS: %v %+v", err, r)
+		}
+		if n, err := tlsSrv.Do(t, "DBSIZE"); err != nil || n.(int64) != 1 {
+			t.Errorf("the TLS server holds %v keys (%v), want the decision's one", n, err)
+		}
+	})
 	t.Run("not answering: waits --store-wait, then exits", func(t *testing.T) {
 		code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--redis", "redis://"+refused, "--store-wait", "1500ms")...)
 		if code == 0 || took < 1500*time.Millisecond {

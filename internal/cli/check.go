@@ -55,6 +55,9 @@ func (e *environ) check(args []string) int {
 	case "redis-sentinel":
 		fmt.Fprintf(w, " (%s@%s)", cfg.Store.Master, strings.Join(cfg.Store.Addrs, ","))
 	}
+	if cfg.Store.UsesTLS() {
+		fmt.Fprint(w, ", TLS")
+	}
 	fmt.Fprintf(w, ", timeout %s, failure mode %s\n", cfg.Store.Timeout, cfg.Failure.Mode)
 	fmt.Fprintf(w, "\npolicies (%d):\n", len(cfg.Policies))
 	for _, p := range cfg.Policies {

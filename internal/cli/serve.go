@@ -75,8 +75,8 @@ func (e *environ) serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.http, "http", "", "HTTP listen `address` (default from the configuration, else 127.0.0.1:8080)")
 	fs.StringVar(&f.grpc, "grpc", "", "gRPC listen `address` (default from the configuration, else 127.0.0.1:8081)")
 	fs.StringVar(&f.redisURL, "redis", "", "Redis `URL`: redis://[user:password@]host:port[/db], rediss:// for TLS")
-	fs.StringVar(&f.redisCluster, "redis-cluster", "", "Redis Cluster seed `nodes`, comma separated host:port")
-	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "Redis Sentinel: `MASTER@host:port,host:port` (the sentinels)")
+	fs.StringVar(&f.redisCluster, "redis-cluster", "", "Redis Cluster seed `nodes`, comma separated host:port (rediss://host:port for TLS)")
+	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "Redis Sentinel: `MASTER@host:port,host:port` (the sentinels; rediss://host:port for TLS)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.watch, "watch", 2*time.Second, "how often to look for changed configuration files (0: only on SIGHUP)")
@@ -186,18 +186,8 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 	return cfg, nil
 }
 
-// checkAddrs reports the first address that is not host:port.
-func checkAddrs(addrs []string) error {
-	if len(addrs) == 0 {
-		return errors.New("no address: want host:port,host:port")
-	}
-	for _, a := range addrs {
-		if err := config.CheckAddr(a, false); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// checkAddrs reports what is wrong with the addresses of a flag.
+func checkAddrs(addrs []string) error { return config.CheckAddrs(addrs) }
 
 func splitAddrs(s string) []string {
 	var out []string
@@ -251,6 +241,9 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		origin := e.storeOrigin(f, path, cfg)
 		switch {
 		case errors.Is(err, errStoreMisconfigured):
+			if tlsProblem(err) {
+				origin += "; TLS: store.tls.ca_file verifies the server, store.tls.cert_file and key_file are the client's certificate"
+			}
 			return e.errorf("%v (%s): fix it and start again", err, origin)
 		case e.ctx.Err() != nil:
 			return 1
@@ -509,7 +502,7 @@ func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.En
 func storeChanged(a, b config.Store) bool {
 	return a.Type != b.Type || a.URL != b.URL || !slices.Equal(a.Addrs, b.Addrs) || a.Master != b.Master ||
 		a.Username != b.Username || a.Password != b.Password || a.Prefix != b.Prefix ||
-		a.HashKeysSecret != b.HashKeysSecret || a.MaxKeys != b.MaxKeys
+		a.HashKeysSecret != b.HashKeysSecret || a.MaxKeys != b.MaxKeys || a.TLS != b.TLS
 }
 
 // checkNewStore probes the store settings of a reloaded configuration,

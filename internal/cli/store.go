@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -23,6 +26,12 @@ type openedStore struct {
 	store floodgate.Store
 	redis *redisstore.Store // nil for the memory store
 	close func()
+
+	// addr is a Redis address (the URL's, or the first seed node's or
+	// sentinel's), and tls whether it is dialed with TLS: what
+	// protocolMismatch tries when the store does not answer.
+	addr string
+	tls  bool
 }
 
 // openStore builds the configured store without contacting it (see
@@ -59,7 +68,15 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 		client.Close()
 		return nil, err
 	}
-	return &openedStore{store: rs, redis: rs, close: func() { rs.Close(); client.Close() }}, nil
+	st := &openedStore{store: rs, redis: rs, close: func() { rs.Close(); client.Close() }, tls: s.UsesTLS()}
+	if s.Type == "redis" {
+		if o, err := redis.ParseURL(s.URL); err == nil {
+			st.addr = o.Addr
+		}
+	} else if hp := s.HostPorts(); len(hp) > 0 {
+		st.addr = hp[0]
+	}
+	return st, nil
 }
 
 // clusterReloadInterval is how often a cluster client reads the slot map
@@ -75,6 +92,13 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, error) {
 		*dial = max(time.Second, 5*s.Timeout)
 		*rw = max(time.Second, 5*s.Timeout)
 	}
+	var tlsConfig *tls.Config
+	if s.UsesTLS() {
+		var err error
+		if tlsConfig, err = s.TLS.Config(); err != nil {
+			return nil, err
+		}
+	}
 	switch s.Type {
 	case "redis":
 		o, err := redis.ParseURL(s.URL)
@@ -84,9 +108,15 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, error) {
 		o.MaxRetries, o.ContextTimeoutEnabled = -1, true
 		timeouts(&o.DialTimeout, &o.ReadTimeout)
 		o.WriteTimeout = o.ReadTimeout
+		if tlsConfig != nil {
+			if tlsConfig.ServerName == "" && o.TLSConfig != nil {
+				tlsConfig.ServerName = o.TLSConfig.ServerName // the URL's host
+			}
+			o.TLSConfig = tlsConfig
+		}
 		return redis.NewClient(o), nil
 	case "redis-cluster":
-		o := &redis.ClusterOptions{Addrs: s.Addrs, Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true,
+		o := &redis.ClusterOptions{Addrs: s.HostPorts(), Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true, TLSConfig: tlsConfig,
 			// The slot map is read again twice a second while decisions are
 			// made (and by redisstore as soon as a call fails to reach a
 			// master), so a replica that took over is used within half a
@@ -96,7 +126,8 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, error) {
 		o.WriteTimeout = o.ReadTimeout
 		return redis.NewClusterClient(o), nil
 	case "redis-sentinel":
-		o := &redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.Addrs, Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true}
+		o := &redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.HostPorts(), Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true,
+			TLSConfig: tlsConfig} // to the sentinels and to the master they name
 		timeouts(&o.DialTimeout, &o.ReadTimeout)
 		o.WriteTimeout = o.ReadTimeout
 		return redis.NewFailoverClient(o), nil
@@ -144,6 +175,9 @@ func probeStore(ctx context.Context, st *openedStore, wait time.Duration, log *s
 			return last
 		}
 		if !warned {
+			if m := st.protocolMismatch(ctx); m != nil {
+				return fmt.Errorf("%w: %v", errStoreMisconfigured, m)
+			}
 			log.Warn("Redis is not answering yet; waiting for it", "store_wait", wait.String(), "error", err)
 			warned = true
 		}
@@ -153,6 +187,53 @@ func probeStore(ctx context.Context, st *openedStore, wait time.Duration, log *s
 		case <-time.After(min(250*time.Millisecond, time.Until(deadline))):
 		}
 	}
+}
+
+// protocolMismatch tells a server that answers in another protocol than
+// the one dialed from one that does not answer yet: a TLS client at a
+// plain port gets no reply at all (Redis waits for the end of a line that
+// never comes), and a plain client at a TLS port sees its connection
+// closed, both of which look like a server that is not up yet. It returns
+// the error that says which, or nil.
+func (st *openedStore) protocolMismatch(ctx context.Context) error {
+	if st.addr == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", st.addr)
+	if err != nil {
+		return nil // not up, or not reachable: not a mismatch
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(deadline)
+	}
+	if st.tls {
+		// Does it answer plain RESP?
+		if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+			return nil
+		}
+		line, _ := bufio.NewReader(conn).ReadString('\n')
+		if strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") || strings.HasPrefix(line, "-ERR") {
+			return fmt.Errorf("%s answers without TLS: write its address redis:// (or turn store.tls off)", st.addr)
+		}
+		return nil
+	}
+	// Does it complete a TLS handshake? (Only to tell; nothing is sent.)
+	tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // a probe of the protocol, no data
+	if tc.HandshakeContext(ctx) == nil {
+		return fmt.Errorf("%s speaks TLS: write its address rediss:// (and give store.tls.ca_file if its CA is not the system's)", st.addr)
+	}
+	return nil
+}
+
+// tlsProblem reports whether err comes from TLS: a certificate that does
+// not verify, or a server that refuses the client's.
+func tlsProblem(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "x509: ") || strings.Contains(msg, "tls: ")
 }
 
 // storeOrigin names where the store's settings came from, for messages:

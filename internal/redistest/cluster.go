@@ -17,6 +17,9 @@ const slotCount = 16384
 type Cluster struct {
 	// Addrs are the masters' addresses, in the order of Nodes.
 	Addrs []string
+	// TLSAddrs are the masters' TLS addresses with WithClusterTLS, in the
+	// order of Nodes; nil without.
+	TLSAddrs []string
 	// Nodes are the masters; of the slots split into len(Nodes) equal
 	// ranges, Nodes[i] first owns the i-th.
 	Nodes []*Server
@@ -31,6 +34,7 @@ type ClusterOption func(*clusterOptions)
 type clusterOptions struct {
 	replicas   int
 	directives []string
+	tls        *Certs
 }
 
 // WithReplicas gives every master n replicas (n ≥ 0), which StartCluster
@@ -45,6 +49,14 @@ func WithReplicas(n int) ClusterOption {
 // no") to every node's configuration file.
 func WithNodeConfig(directives ...string) ClusterOption {
 	return func(o *clusterOptions) { o.directives = append(o.directives, directives...) }
+}
+
+// WithClusterTLS makes every node listen for TLS as well (WithTLS, without
+// client certificates), with the cluster bus and replication over TLS
+// too. A client connected over TLS reads the nodes' TLS ports in CLUSTER
+// SLOTS; Cluster.TLSAddrs are the masters' TLS addresses.
+func WithClusterTLS(certs *Certs) ClusterOption {
+	return func(o *clusterOptions) { o.tls = certs }
 }
 
 // StartCluster starts a Redis Cluster of masters nodes (and, with
@@ -66,8 +78,11 @@ func StartCluster(t testing.TB, masters int, opts ...ClusterOption) *Cluster {
 	bin := Binary(t)
 	c := &Cluster{}
 	node := func() *Server {
-		s := newServer(t, bin, options{}).plain()
+		s := newServer(t, bin, options{tls: o.tls}).plain()
 		s.bus = true
+		if o.tls != nil {
+			s.directives = append(s.directives, "tls-cluster yes")
+		}
 		s.directives = append(s.directives,
 			"cluster-enabled yes",
 			"cluster-config-file "+quote(filepath.Join(s.dir, "nodes.conf")),
@@ -101,6 +116,9 @@ func StartCluster(t testing.TB, masters int, opts ...ClusterOption) *Cluster {
 	startAll(t, all...)
 	for i, s := range c.Nodes {
 		c.Addrs = append(c.Addrs, s.Addr)
+		if s.TLSAddr != "" {
+			c.TLSAddrs = append(c.TLSAddrs, s.TLSAddr)
+		}
 		first, last := i*slotCount/masters, (i+1)*slotCount/masters-1
 		// Distinct config epochs spare the nodes resolving a collision.
 		for _, cmd := range [][]string{
@@ -116,7 +134,11 @@ func StartCluster(t testing.TB, masters int, opts ...ClusterOption) *Cluster {
 	// alone can take seconds longer.
 	for i, a := range all {
 		for _, b := range all[i+1:] {
-			if _, err := a.Do(t, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(b.Port)); err != nil {
+			port := b.Port
+			if b.TLSPort != 0 { // tls-cluster: the bus hangs off the TLS port
+				port = b.TLSPort
+			}
+			if _, err := a.Do(t, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(port)); err != nil {
 				t.Fatalf("redistest: CLUSTER MEET %s from %s: %v", b.Addr, a.Addr, err)
 			}
 		}

@@ -67,6 +67,8 @@ type options struct {
 	user, password string
 	args           []string
 	port           int
+	tls            *Certs
+	authClients    bool
 }
 
 // WithUser creates the ACL user user with password and every permission
@@ -93,6 +95,15 @@ func WithPort(port int) Option {
 	return func(o *options) { o.port = port }
 }
 
+// WithTLS makes the server listen for TLS as well, on TLSPort, with the
+// server certificate of certs; with authClients, a client must present a
+// certificate signed by certs' CA (tls-auth-clients yes). Replication is
+// over TLS too. The plain port stays open for this package's own client
+// (Do, and the setup of clusters).
+func WithTLS(certs *Certs, authClients bool) Option {
+	return func(o *options) { o.tls, o.authClients = certs, authClients }
+}
+
 // A Server is one redis-server process started by this package. Its
 // exported fields do not change once StartServer, StartCluster or
 // StartSentinel has returned it. Stop,
@@ -105,6 +116,10 @@ type Server struct {
 	Port int
 	// User and Password are the credentials given to WithUser, or empty.
 	User, Password string
+	// TLSAddr is "127.0.0.1:<TLSPort>", where a server started WithTLS
+	// listens for TLS; both are empty otherwise.
+	TLSAddr string
+	TLSPort int
 
 	bin        string
 	dir        string   // the server's temporary directory
@@ -112,6 +127,8 @@ type Server struct {
 	directives []string // the configuration file's lines except port
 	args       []string // command-line arguments after conf
 	fixedPort  bool     // WithPort: never pick another port
+	tls        *Certs   // WithTLS
+	authTLS    bool     // WithTLS's authClients
 	bus        bool     // a cluster node: port+busOffset must be free too
 
 	mu   sync.Mutex // serializes starting and stopping; guards proc
@@ -150,7 +167,7 @@ func newServer(t testing.TB, bin string, o options) *Server {
 	s := &Server{
 		User: o.user, Password: o.password,
 		bin: bin, dir: dir, conf: filepath.Join(dir, "redis.conf"),
-		args: o.args,
+		args: o.args, tls: o.tls, authTLS: o.authClients,
 		directives: []string{
 			"bind 127.0.0.1",
 			"protected-mode no",
@@ -182,6 +199,9 @@ func newServer(t testing.TB, bin string, o options) *Server {
 		}
 		if s.Port != 0 {
 			release(s.Port, s.bus)
+		}
+		if s.TLSPort != 0 {
+			release(s.TLSPort, s.bus)
 		}
 	})
 	return s
@@ -242,6 +262,19 @@ func (s *Server) start(restart bool) error {
 			}
 			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
 			conf := "port " + strconv.Itoa(s.Port) + "\n" + strings.Join(s.directives, "\n") + "\n"
+			if s.tls != nil {
+				if s.TLSPort == 0 {
+					// A cluster node's bus is at its TLS port + 10000
+					// when the bus is over TLS.
+					port, err := reservePort(s.bus)
+					if err != nil {
+						return err
+					}
+					s.TLSPort = port
+					s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+				}
+				conf += strings.Join(tlsDirectives(s.tls, s.TLSPort, s.authTLS), "\n") + "\n"
+			}
 			if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
 				return err
 			}
@@ -255,6 +288,10 @@ func (s *Server) start(restart bool) error {
 		} else {
 			release(s.Port, s.bus)
 			s.Port = 0
+			if s.TLSPort != 0 {
+				release(s.TLSPort, s.bus)
+				s.TLSPort, s.TLSAddr = 0, ""
+			}
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package redistest
 
 import (
+	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -359,5 +361,93 @@ func TestPortTaken(t *testing.T) {
 	}
 	if f := capture(t, func(tb testing.TB) { StartServer(tb, WithPort(sharedPort)) }); !strings.Contains(f.fatal, "shared server") {
 		t.Errorf("WithPort(6379) reported %q, want a refusal", f.fatal)
+	}
+}
+
+// tlsDo sends one command over TLS with cfg and returns the raw first
+// line of the reply.
+func tlsDo(addr string, cfg *tls.Config, args ...string) (string, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+// TestTLS: a server WithTLS answers over TLS a client that trusts the CA
+// (and, with authClients, presents its certificate), refuses one that
+// does not, and keeps its plain port for Do; a cluster WithClusterTLS
+// names its TLS ports to a TLS client.
+func TestTLS(t *testing.T) {
+	certs := NewCerts(t)
+	srv := StartServer(t, WithTLS(certs, true))
+	if srv.TLSAddr == "" || srv.TLSPort == srv.Port {
+		t.Fatalf("TLSAddr %q, TLSPort %d, Port %d", srv.TLSAddr, srv.TLSPort, srv.Port)
+	}
+	if got, err := tlsDo(srv.TLSAddr, certs.ClientConfig(), "PING"); err != nil || got != "+PONG" {
+		t.Errorf("PING over TLS with a client certificate: %q, %v", got, err)
+	}
+	noCert := &tls.Config{RootCAs: certs.Pool}
+	if got, err := tlsDo(srv.TLSAddr, noCert, "PING"); err == nil && got == "+PONG" {
+		t.Error("a client without a certificate was answered (tls-auth-clients yes)")
+	}
+	if _, err := tlsDo(srv.TLSAddr, &tls.Config{}, "PING"); err == nil {
+		t.Error("a client that does not trust the CA completed the handshake")
+	}
+	if reply, err := srv.Do(t, "PING"); err != nil || reply != "PONG" {
+		t.Errorf("Do on the plain port: %v, %v", reply, err)
+	}
+	srv.Restart(t)
+	if got, err := tlsDo(srv.TLSAddr, certs.ClientConfig(), "PING"); err != nil || got != "+PONG" {
+		t.Errorf("PING over TLS after Restart: %q, %v", got, err)
+	}
+
+	cl := StartCluster(t, 3, WithClusterTLS(certs))
+	if len(cl.TLSAddrs) != 3 {
+		t.Fatalf("TLSAddrs %v", cl.TLSAddrs)
+	}
+	conn, err := tls.Dial("tcp", cl.TLSAddrs[0], certs.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	c := &client{conn: conn, r: bufio.NewReader(conn), timeout: 5 * time.Second}
+	slots, err := c.do("CLUSTER", "SLOTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[int64]bool{}
+	for _, r := range slots.([]any) {
+		ports[r.([]any)[2].([]any)[1].(int64)] = true
+	}
+	for _, n := range cl.Nodes {
+		if !ports[int64(n.TLSPort)] || ports[int64(n.Port)] {
+			t.Errorf("CLUSTER SLOTS over TLS names ports %v; want the TLS port %d of %s", ports, n.TLSPort, n.Addr)
+		}
+	}
+}
+
+// TestSentinelTLS: with WithSentinelTLS the sentinels monitor the master's
+// TLS port and answer over TLS.
+func TestSentinelTLS(t *testing.T) {
+	certs := NewCerts(t)
+	sn := StartSentinel(t, WithSentinelTLS(certs))
+	if len(sn.TLSAddrs) != 3 {
+		t.Fatalf("TLSAddrs %v", sn.TLSAddrs)
+	}
+	if got, err := tlsDo(sn.TLSAddrs[0], certs.ClientConfig(), "PING"); err != nil || got != "+PONG" {
+		t.Errorf("PING a sentinel over TLS: %q, %v", got, err)
 	}
 }

@@ -22,6 +22,25 @@ type Sentinel struct {
 	Addrs []string
 	// Sentinels are the three sentinel processes (redis-server --sentinel).
 	Sentinels []*Server
+	// TLSAddrs are the sentinels' TLS addresses with WithSentinelTLS, in
+	// the order of Sentinels; nil without.
+	TLSAddrs []string
+
+	tls bool // the sentinels monitor the master's TLS port
+}
+
+// A SentinelOption configures StartSentinel.
+type SentinelOption func(*sentinelOptions)
+
+type sentinelOptions struct{ tls *Certs }
+
+// WithSentinelTLS makes the master, the replica and the sentinels listen
+// for TLS as well (WithTLS, without client certificates), with
+// replication, and the sentinels' own connections to the servers, over
+// TLS: the sentinels monitor the master's TLS port, and name TLS ports to
+// clients.
+func WithSentinelTLS(certs *Certs) SentinelOption {
+	return func(o *sentinelOptions) { o.tls = certs }
 }
 
 // StartSentinel starts a master, a replica of it, and three sentinels that
@@ -32,17 +51,24 @@ type Sentinel struct {
 // sentinels, typically 2 to 3 seconds after the call; or it fails the test
 // after 15 seconds. t.Cleanup stops every process. It is safe for
 // concurrent use.
-func StartSentinel(t testing.TB) *Sentinel {
+func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	t.Helper()
+	var o sentinelOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	bin := Binary(t)
-	sn := &Sentinel{MasterName: "mymaster"}
+	sn := &Sentinel{MasterName: "mymaster", tls: o.tls != nil}
 	// A full sync starts at once instead of after 5 seconds.
-	sn.Master = newServer(t, bin, options{}).plain()
+	sn.Master = newServer(t, bin, options{tls: o.tls}).plain()
 	sn.Master.directives = append(sn.Master.directives, "repl-diskless-sync-delay 0")
 	startAll(t, sn.Master)
 	masterPort := strconv.Itoa(sn.Master.Port)
+	if sn.tls {
+		masterPort = strconv.Itoa(sn.Master.TLSPort)
+	}
 
-	sn.Replica = newServer(t, bin, options{}).plain()
+	sn.Replica = newServer(t, bin, options{tls: o.tls}).plain()
 	sn.Replica.directives = append(sn.Replica.directives,
 		"repl-diskless-sync-delay 0", // in case it is promoted
 		"replicaof 127.0.0.1 "+masterPort)
@@ -61,7 +87,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 	}
 
 	for range 3 {
-		s := newServer(t, bin, options{args: []string{"--sentinel"}})
+		s := newServer(t, bin, options{args: []string{"--sentinel"}, tls: o.tls})
 		s.directives = append(s.directives,
 			"sentinel monitor "+sn.MasterName+" 127.0.0.1 "+masterPort+" 2",
 			"sentinel down-after-milliseconds "+sn.MasterName+" 1000",
@@ -72,6 +98,9 @@ func StartSentinel(t testing.TB) *Sentinel {
 	startAll(t, sn.Sentinels...)
 	for _, s := range sn.Sentinels {
 		sn.Addrs = append(sn.Addrs, s.Addr)
+		if s.TLSAddr != "" {
+			sn.TLSAddrs = append(sn.TLSAddrs, s.TLSAddr)
+		}
 	}
 	var pending *Server // the sentinel last found unsettled
 	if err := poll(startTimeout, func() error {
@@ -96,6 +125,9 @@ func (sn *Sentinel) check(s *Server) error {
 		return err
 	}
 	want := []any{"127.0.0.1", strconv.Itoa(sn.Master.Port)}
+	if sn.tls {
+		want[1] = strconv.Itoa(sn.Master.TLSPort)
+	}
 	if addr, _ := reply.([]any); !slices.Equal(addr, want) {
 		return fmt.Errorf("master address %v, want %v", reply, want)
 	}

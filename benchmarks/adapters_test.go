@@ -79,7 +79,7 @@ func gcraContenders(p gcraParams) []contender {
 			// MaxBurst the requests allowed *beyond* the first, so a fresh
 			// key may make MaxBurst+1 at once: MaxBurst = burst - 1.
 			// memstore.NewCtx(0) is its unbounded map (no LRU), like
-			// floodgate's memstore without WithMaxKeys; with a bound it
+			// floodgate's memstore WithUnbounded; with a bound it
 			// uses hashicorp/golang-lru behind one lock.
 			st, err := throttledmem.NewCtx(0)
 			if err != nil {

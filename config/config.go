@@ -73,7 +73,9 @@ type Store struct {
 	Prefix string
 	// Timeout bounds each store call; 0 means 50ms.
 	Timeout time.Duration
-	// MaxKeys bounds the memory store's entries; 0 means no bound.
+	// MaxKeys bounds the memory store's entries: 0 means the default bound,
+	// derived from the memory the process may use (memstore.DefaultSizing);
+	// -1 means no bound.
 	MaxKeys int
 	// HashKeysSecret, when set, stores an HMAC of every key instead of the
 	// key (Redis); at least 16 bytes.
@@ -723,7 +725,7 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 		}
 	}
 	if v, ok := fs["max_keys"]; ok {
-		n, _ := r.integer(v.value, "store.max_keys", 0, math.MaxInt32)
+		n, _ := r.integer(v.value, "store.max_keys", -1, math.MaxInt32)
 		s.MaxKeys = int(n)
 	}
 	if v, ok := fs["batching"]; ok {

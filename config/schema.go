@@ -50,7 +50,7 @@ var schema = []setting{
 			value: func(c *Config) string { return or(c.Store.Prefix, DefaultPrefix) }},
 		{key: "timeout", doc: "bound on each store call, 1ms to " + MaxTimeout.String() + "; beyond it the failure mode decides",
 			value: func(c *Config) string { return duration(c.Store.Timeout) }},
-		{key: "max_keys", doc: "memory store: 0 is unbounded; beyond it, a full shard evicts the sampled key closest to its own expiry",
+		{key: "max_keys", doc: "memory store: the most keys it holds; 0: a bound from the memory the process may use (a quarter of it, 512 bytes a key); -1: none. A full store refuses new keys (the failure mode decides them) and never forgets a key that still limits",
 			value: func(c *Config) string { return strconv.Itoa(c.Store.MaxKeys) }},
 		{key: "hash_keys_secret", doc: "Redis: store an HMAC-SHA-256 of every key instead of the key (16+ bytes); better: FLOODGATE_KEY_SECRET",
 			value: func(c *Config) string { return quote(c.Store.HashKeysSecret) }},

@@ -327,3 +327,61 @@ func (hangStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Dec
 	<-ctx.Done()
 	return floodgate.Decision{}, fmt.Errorf("%w: %w", floodgate.ErrUnavailable, ctx.Err())
 }
+
+// TestFullStoreKeepsLimits: a bounded memory store flooded with new keys
+// refuses those it has no room for (decided by the failure mode, here
+// open) without opening the breaker, so an exhausted key stays denied by
+// the store itself.
+func TestFullStoreKeepsLimits(t *testing.T) {
+	clock := floodgatetest.NewManualClock(epoch)
+	m, err := memstore.New(memstore.WithClock(clock), memstore.WithMaxKeys(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	obs := &breakerLog{}
+	s, err := failure.Wrap(m, failure.Policy{}, failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler)), failure.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := floodgate.Policy{Name: "login", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour}
+	ctx := context.Background()
+	for i := range 6 {
+		d, err := s.Take(ctx, floodgate.Request{Policy: &login, Key: "alice", N: 1})
+		if err != nil || d.Degraded || d.Allowed != (i < 5) {
+			t.Fatalf("alice #%d: %+v, %v", i+1, d, err)
+		}
+	}
+	refused := 0
+	for i := range 5000 {
+		d, err := s.Take(ctx, floodgate.Request{Policy: &login, Key: fmt.Sprintf("flood%d", i), N: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Degraded {
+			refused++
+			if !d.Allowed {
+				t.Fatalf("a refused new key under fail-open: %+v", d)
+			}
+		}
+		if i%500 == 0 {
+			if d, err := s.Take(ctx, floodgate.Request{Policy: &login, Key: "alice", N: 1}); err != nil || d.Allowed || d.Degraded {
+				t.Fatalf("alice after %d new keys: %+v, %v; want denied by the store", i, d, err)
+			}
+		}
+	}
+	if refused < 4000 {
+		t.Errorf("%d of 5,000 new keys refused by a store bounded at 1,000", refused)
+	}
+	for _, b := range s.Guard().Breakers() {
+		if b.Open {
+			t.Errorf("breaker open after a full store's refusals: %+v", b)
+		}
+	}
+	if len(obs.changes) != 0 {
+		t.Errorf("breaker changes %v, want none", obs.changes)
+	}
+	if st := m.Stats(); st.Refused != uint64(refused) {
+		t.Errorf("memstore counted %d refusals, the failure policy degraded %d", st.Refused, refused)
+	}
+}

@@ -166,7 +166,10 @@ func (g *Guard) Do(ctx context.Context, op, node string, call, fallback func(con
 	}
 	g.observe(op, node, took, err)
 	if !p.Breaker.Disabled {
-		switch b.record(g.clock.Now().UnixNano(), &p.Breaker, err != nil, probe) {
+		// A full store refused a new key: it answered, and goes on
+		// deciding the keys it holds.
+		failed := err != nil && !errors.Is(err, storekit.ErrFull)
+		switch b.record(g.clock.Now().UnixNano(), &p.Breaker, failed, probe) {
 		case +1:
 			g.log.Warn("store failing: circuit breaker open, the failure policy decides without it",
 				"node", nodeName(node), "mode", p.Mode.String(), "open_for", p.Breaker.OpenFor.String(), "error", err)
@@ -206,7 +209,11 @@ func nodeName(node string) string {
 func (g *Guard) degrade(ctx context.Context, p *Policy, node string, cause error, fallback func(context.Context) (floodgate.Decision, error)) floodgate.Decision {
 	if ok, held := g.failLog.Allow(g.clock.Now()); ok && cause != ErrBreakerOpen {
 		// One line a second at most: "suppressed" counts those held back.
-		g.log.Warn("store failed; the failure policy decides", "node", nodeName(node), "mode", p.Mode.String(), "error", cause, "suppressed", held)
+		msg := "store failed; the failure policy decides"
+		if errors.Is(cause, storekit.ErrFull) {
+			msg = "store full: a new key refused, every key it holds still limited; the failure policy decides the new one"
+		}
+		g.log.Warn(msg, "node", nodeName(node), "mode", p.Mode.String(), "error", cause, "suppressed", held)
 	}
 	switch p.Mode {
 	case Closed:

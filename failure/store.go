@@ -147,7 +147,8 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		}
 		s.g.observe(opOf(&reqs[i]), nodes[i], took, err)
 		if !p.Breaker.Disabled {
-			switch b.record(s.g.clock.Now().UnixNano(), &p.Breaker, err != nil, probes[i]) {
+			failed := err != nil && !errors.Is(err, storekit.ErrFull) // see Guard.Do
+			switch b.record(s.g.clock.Now().UnixNano(), &p.Breaker, failed, probes[i]) {
 			case +1:
 				s.g.log.Warn("store failing: circuit breaker open, the failure policy decides without it",
 					"node", nodeName(nodes[i]), "mode", p.Mode.String(), "open_for", p.Breaker.OpenFor.String(), "error", err)

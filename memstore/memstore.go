@@ -9,8 +9,22 @@
 // a map behind its own mutex, so goroutines deciding for different keys
 // rarely meet. A key's state is forgotten lazily, when a decision finds it
 // empty, and by one sweeper goroutine that walks the shards every sweep
-// interval; Close stops it. With WithMaxKeys, a shard that is full evicts the
-// sampled entry closest to its own expiry.
+// interval; Close stops it.
+//
+// # Bounded memory
+//
+// A Store holds a bounded number of entries (one per policy and key): by
+// default a quarter of the memory the process may use divided by
+// EntryBytes (DefaultSizing), or what WithMaxKeys says; WithUnbounded
+// lifts the bound. The bound is divided among the shards. A full shard
+// makes room only by forgetting state that decides nothing any more: an
+// entry that is empty (equivalent to no state, see algo.State.Empty) and,
+// after those, one whose state is empty but whose tracked usage is still
+// retained. It never forgets a state that still counts: when every entry
+// of the shard holds one, a new key is refused with an error wrapping
+// ErrFull (and so floodgate.ErrUnavailable), for the caller's failure
+// policy to decide, while the keys already held go on being decided
+// exactly. Stats counts what was swept, evicted and refused.
 //
 // A Store is safe for concurrent use by multiple goroutines.
 package memstore
@@ -20,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,9 +51,29 @@ const (
 	DefaultSweepInterval = time.Minute
 )
 
-// evictSample is how many entries a full shard looks at to choose one to
-// evict.
-const evictSample = 8
+// Making room in a full shard (makeRoom).
+const (
+	// evictSample is how many chains of entries a full shard samples
+	// first, looking for one to forget.
+	evictSample = 8
+
+	// scanCredit is how many entries a full shard may visit in its scans
+	// per new key it is asked to hold, on average: a scan of a shard of n
+	// entries waits until n is earned.
+	scanCredit = 64
+
+	// spareCap is how many evictable entries (empty state, usage kept) a
+	// scan remembers for the insertions that follow it.
+	spareCap = 32
+)
+
+// ErrFull is wrapped by the error Take returns for a new key that the
+// store has no room for: its bound is reached in the key's shard and
+// every entry there holds state that still limits, which the store never
+// forgets to make room. It wraps floodgate.ErrUnavailable, so a failure
+// policy (package failure) decides such requests as configured; keys the
+// store already holds are still decided exactly.
+var ErrFull = fmt.Errorf("memstore: %w", storekit.ErrFull)
 
 // Store is an in-memory floodgate.Store. Create it with New.
 type Store struct {
@@ -57,7 +92,11 @@ type Store struct {
 
 	policies *storekit.Cache[struct{}] // what Take validated
 
+	bound   int   // most entries held; 0: no bound
+	errFull error // wraps ErrFull; made once, so that a refusal allocates nothing
+
 	evictions atomic.Uint64
+	refused   atomic.Uint64
 	swept     atomic.Uint64
 }
 
@@ -66,7 +105,25 @@ type shard struct {
 	m     map[uint64]*entry // guarded by mu; by the key's hash, then along next
 	limit int               // most entries (keys × policies) held; 0: no bound
 	n     int               // entries held, guarded by mu
-	_     [64]byte          // keep shards on separate cache lines
+
+	// What a full shard knows to make room (makeRoom), guarded by mu.
+	// Invariant: every entry held has st.Expires ≥ nextEmpty, but those in
+	// spare. It holds because a step under the entry's own policy never
+	// moves Expires back while the state is live (an empty state's next
+	// expiry is after now, so after nextEmpty too), insert and takeSlow
+	// lower nextEmpty for new entries and changed policies, and scan sets
+	// it afresh.
+	nextEmpty int64    // µs: no entry outside spare becomes evictable before
+	spare     []victim // evictable entries (empty state, usage kept) a scan saw
+	credit    int      // entries scans may still visit (scanCredit)
+
+	_ [64]byte // keep shards on separate cache lines
+}
+
+// victim is an entry a scan found evictable, and its key's hash.
+type victim struct {
+	h uint64
+	e *entry
 }
 
 // entry is the state of one (policy, key). Entries whose keys have the
@@ -100,7 +157,8 @@ type Option func(*config) error
 type config struct {
 	clock         storekit.Clock
 	shards        int
-	maxKeys       int
+	maxKeys       int  // 0: not set
+	unbounded     bool // WithUnbounded
 	maxKeyLen     int
 	sweepInterval time.Duration
 }
@@ -123,16 +181,30 @@ func WithClock(c storekit.Clock) Option {
 	}
 }
 
-// WithMaxKeys bounds the entries the store holds (one per policy and key):
-// n ≥ 1. The bound is divided among the shards; a full shard evicts the
-// sampled entry closest to its natural expiry, which forgets that key's
-// counts early. Without it the store grows with the number of active keys.
+// WithMaxKeys bounds the entries the store holds (one per policy and key)
+// at n ≥ 1, instead of the default bound (DefaultSizing). The bound is
+// divided among the shards. A full shard forgets empty state to make room,
+// never state that still limits: a new key that finds no room is refused
+// with ErrFull (see the package's "Bounded memory"). Of WithMaxKeys and
+// WithUnbounded, the last given applies.
 func WithMaxKeys(n int) Option {
 	return func(cfg *config) error {
 		if n < 1 {
 			return fmt.Errorf("memstore: WithMaxKeys(%d): must be ≥ 1", n)
 		}
-		cfg.maxKeys = n
+		cfg.maxKeys, cfg.unbounded = n, false
+		return nil
+	}
+}
+
+// WithUnbounded lifts the bound on the entries the store holds: it grows
+// with the number of keys holding state, without limit (about 120 to 300
+// bytes per key, docs/operations.md), so a flood of distinct keys can
+// exhaust the process's memory. Use it only where the keys are known to be
+// few. Of WithMaxKeys and WithUnbounded, the last given applies.
+func WithUnbounded() Option {
+	return func(cfg *config) error {
+		cfg.maxKeys, cfg.unbounded = 0, true
 		return nil
 	}
 }
@@ -176,6 +248,14 @@ func WithSweepInterval(d time.Duration) Option {
 
 // New returns a Store and starts its sweeper; call Close to stop it. An
 // invalid option is an error naming it.
+//
+// The store is bounded by default: it holds at most DefaultSizing().MaxKeys
+// entries, that is a quarter (MemoryFraction) of the memory the process
+// may use — the least of its cgroup's memory limit, GOMEMLIMIT and the
+// machine's physical memory, or FallbackMemory when none can be read —
+// divided by EntryBytes (512) per entry: 524,288 entries per GiB of limit.
+// WithMaxKeys sets another bound, WithUnbounded none; Stats().Bound tells
+// the bound in force.
 func New(opts ...Option) (*Store, error) {
 	cfg := config{
 		shards:        DefaultShards,
@@ -187,10 +267,14 @@ func New(opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
+	bound := cfg.maxKeys
+	if bound == 0 && !cfg.unbounded {
+		bound = DefaultSizing().MaxKeys
+	}
 	n := cfg.shards
-	if cfg.maxKeys > 0 && cfg.maxKeys < n {
+	if bound > 0 && bound < n {
 		// Fewer shards than keys, so that every shard holds at least one.
-		for n > cfg.maxKeys {
+		for n > bound {
 			n /= 2
 		}
 	}
@@ -201,19 +285,24 @@ func New(opts ...Option) (*Store, error) {
 		mask:      uint64(n - 1),
 		maxKeyLen: cfg.maxKeyLen,
 		policies:  storekit.NewCache(0, func(*floodgate.Policy) (struct{}, error) { return struct{}{}, nil }),
+		bound:     bound,
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	s.errFull = fmt.Errorf("%w: every entry of a new key's shard holds state that still limits (bound %d entries)", ErrFull, bound)
 	s.mono = time.Now()
 	s.monoWall.Store(s.mono.UnixMicro())
 	for i := range s.shards {
-		s.shards[i].m = make(map[uint64]*entry)
-		if cfg.maxKeys > 0 {
-			// Limits that sum to exactly maxKeys.
-			s.shards[i].limit = cfg.maxKeys / n
-			if i < cfg.maxKeys%n {
-				s.shards[i].limit++
+		sh := &s.shards[i]
+		sh.m = make(map[uint64]*entry)
+		sh.nextEmpty = math.MaxInt64
+		if bound > 0 {
+			// Limits that sum to exactly bound.
+			sh.limit = bound / n
+			if i < bound%n {
+				sh.limit++
 			}
+			sh.credit = sh.limit // one scan's worth to start with
 		}
 	}
 	go s.sweep(cfg.sweepInterval)
@@ -355,7 +444,16 @@ func (s *Store) takeSlow(sh *shard, h uint64, req *floodgate.Request, now int64)
 		e.track(p, now, req.N, d.Allowed, live)
 	}
 	if e == fresh && (e.st.Live() || e.use != nil) {
-		s.insert(sh, h, e, now)
+		if err := s.insert(sh, h, e, now); err != nil && e.st.Live() {
+			// No room for state that would limit: refused. (A new key
+			// that recorded usage only gets its exact decision, without
+			// the usage.)
+			s.refused.Add(1)
+			return floodgate.Decision{}, err
+		}
+	} else if e != fresh {
+		// Its policy may have changed, moving its expiry back.
+		sh.nextEmpty = min(sh.nextEmpty, e.st.Expires)
 	}
 	return d, nil
 }
@@ -380,43 +478,160 @@ func (e *entry) track(p *floodgate.Policy, now, n int64, allowed, live bool) {
 	}
 }
 
-// insert adds e under hash h, evicting an entry first when the shard is
-// full. The shard must be locked.
-func (s *Store) insert(sh *shard, h uint64, e *entry, now int64) {
-	if sh.limit > 0 && sh.n >= sh.limit {
-		s.evict(sh, now)
+// insert adds e under hash h, making room first when the shard is full
+// (makeRoom). When there is no room, e is not added and insert returns
+// s.errFull. The shard must be locked.
+func (s *Store) insert(sh *shard, h uint64, e *entry, now int64) error {
+	if sh.limit > 0 {
+		sh.credit = min(sh.credit+scanCredit, sh.limit)
+		if sh.n >= sh.limit && !s.makeRoom(sh, now) {
+			return s.errFull
+		}
 	}
 	e.next = sh.m[h]
 	sh.m[h] = e
 	sh.n++
+	sh.nextEmpty = min(sh.nextEmpty, e.st.Expires)
+	return nil
 }
 
-// evict removes one entry of a full shard: an empty one if the sample holds
-// one, else the one whose state would have expired first (it has the least
-// left to forget). The shard must be locked.
-func (s *Store) evict(sh *shard, now int64) {
-	var victim *entry
-	var victimHash uint64
+// makeRoom removes one entry of the full shard sh, never one whose state
+// still counts. In order of preference: an entry that holds nothing at
+// now (counted as swept); else one whose state is empty but whose tracked
+// usage is still retained (evicted: its usage is lost, no decision
+// changes). A state that is empty is, exactly, one that decides every
+// later request as no state would (algo.State.Empty); any other state
+// still limits, and is kept. makeRoom reports whether it made room.
+//
+// It looks in three places, each of bounded cost:
+//
+//  1. evictSample chains of the map, from a random place;
+//  2. spare, the evictable entries the last scan saw (each entry is
+//     taken from it at most once);
+//  3. a scan of every entry of the shard (scan), which removes all that
+//     hold nothing and refills spare. A scan runs only when it can find
+//     something — some entry's state may have emptied since the last one
+//     (now ≥ nextEmpty) — and when the shard has earned it: each new key
+//     it is asked to hold (insert) earns scanCredit entry visits, up to
+//     one scan's worth, and a scan of n entries spends n.
+//
+// So over k new keys on a shard of limit L, scans visit at most L + 64k
+// entries: constant work per new key, amortized, and one call costs at
+// most a scan of the shard, as the sweeper makes every sweep interval.
+// A full shard whose entries all limit refuses at the cost of step 1
+// (nextEmpty is in the future). makeRoom may refuse while an entry is
+// evictable only when the sample missed it and fewer than L/64 new keys
+// came since a scan: a scan that freed m places is followed by m
+// insertions that earn 64 each, so it takes a shard where scans free
+// almost nothing (nearly all its entries limit) for a refusal to pass
+// over an entry that emptied meanwhile.
+// The shard must be locked.
+func (s *Store) makeRoom(sh *shard, now int64) bool {
+	if s.evictSampled(sh, now) || s.evictSpare(sh, now) {
+		return true
+	}
+	if now < sh.nextEmpty || sh.credit < sh.n {
+		return false
+	}
+	sh.credit -= sh.n
+	s.swept.Add(uint64(sh.scan(now)))
+	return sh.n < sh.limit || s.evictSpare(sh, now)
+}
+
+// evictSampled looks at evictSample chains of sh and removes an entry that
+// holds nothing at now, or else one whose state is empty (its usage is
+// kept): whichever it finds first. The shard must be locked.
+func (s *Store) evictSampled(sh *shard, now int64) bool {
+	var cand *entry
+	var candHash uint64
 	seen := 0
 	for h, head := range sh.m {
 		for e := head; e != nil; e = e.next {
 			if !e.keep(now) {
 				sh.remove(h, e)
 				s.swept.Add(1)
-				return
+				return true
 			}
-			if victim == nil || e.st.Expires < victim.st.Expires {
-				victim, victimHash = e, h
+			if cand == nil && e.st.Empty(now) {
+				cand, candHash = e, h
 			}
 		}
 		if seen++; seen >= evictSample {
 			break
 		}
 	}
-	if victim != nil {
-		sh.remove(victimHash, victim)
-		s.evictions.Add(1)
+	if cand == nil {
+		return false
 	}
+	sh.remove(candHash, cand)
+	s.evictions.Add(1)
+	return true
+}
+
+// evictSpare removes an entry of sh.spare that is still held and still
+// empty at now. Entries of spare written since the scan limit again: they
+// leave spare, and nextEmpty accounts for them. The shard must be locked.
+func (s *Store) evictSpare(sh *shard, now int64) bool {
+	for len(sh.spare) > 0 {
+		last := len(sh.spare) - 1
+		v := sh.spare[last]
+		sh.spare[last] = victim{}
+		sh.spare = sh.spare[:last]
+		if !sh.holds(v.h, v.e) {
+			continue // reset or swept since
+		}
+		if !v.e.st.Empty(now) {
+			sh.nextEmpty = min(sh.nextEmpty, v.e.st.Expires)
+			continue
+		}
+		sh.remove(v.h, v.e)
+		if v.e.keep(now) {
+			s.evictions.Add(1)
+		} else {
+			s.swept.Add(1)
+		}
+		return true
+	}
+	return false
+}
+
+// holds reports whether entry e is held under hash h. The shard must be
+// locked.
+func (sh *shard) holds(h uint64, e *entry) bool {
+	for x := sh.m[h]; x != nil; x = x.next {
+		if x == e {
+			return true
+		}
+	}
+	return false
+}
+
+// scan walks every entry of sh: it removes those that hold nothing at now
+// and returns how many; it remembers in spare up to spareCap of those
+// whose state is empty but whose usage is retained; and it sets nextEmpty
+// to the earliest expiry of the others. The shard must be locked.
+func (sh *shard) scan(now int64) int {
+	clear(sh.spare)
+	sh.spare = sh.spare[:0]
+	next := int64(math.MaxInt64)
+	removed := 0
+	for h, head := range sh.m {
+		for e := head; e != nil; {
+			after := e.next
+			switch {
+			case !e.keep(now):
+				sh.remove(h, e)
+				removed++
+			case e.st.Empty(now) && len(sh.spare) < spareCap:
+				sh.spare = append(sh.spare, victim{h, e})
+			default:
+				next = min(next, e.st.Expires)
+			}
+			e = after
+		}
+	}
+	sh.nextEmpty = next
+	return removed
 }
 
 // remove unlinks entry e, whose key's hash is h. The shard must be locked.
@@ -497,32 +712,46 @@ func (s *Store) Sweep() int {
 		sh := &s.shards[i]
 		now := s.now()
 		sh.mu.Lock()
-		for h, head := range sh.m {
-			for e := head; e != nil; {
-				next := e.next
-				if !e.keep(now) {
-					sh.remove(h, e)
-					removed++
-				}
-				e = next
-			}
-		}
+		removed += sh.scan(now)
 		sh.mu.Unlock()
 	}
 	s.swept.Add(uint64(removed))
 	return removed
 }
 
-// Stats are counters of a Store.
+// Stats are counters of a Store, for metrics and logs. A key held under
+// several policies is one entry per policy.
 type Stats struct {
-	Entries   int    // entries held now, one per (policy, key), including empty ones not yet swept
-	Evictions uint64 // entries evicted by WithMaxKeys while they still held state
-	Swept     uint64 // empty entries removed by sweeping and by eviction sampling
+	// Entries is the number of entries held now, including empty ones not
+	// swept yet.
+	Entries int
+
+	// Bound is the most entries the store holds (WithMaxKeys, or the
+	// default of DefaultSizing); 0 when it is unbounded (WithUnbounded).
+	Bound int
+
+	// Evictions counts entries removed to make room whose state was empty
+	// but whose tracked usage was still retained: their usage records are
+	// lost; no decision changed. State that still limits is never evicted.
+	Evictions uint64
+
+	// Refused counts the requests for a new key that Take refused with an
+	// error wrapping ErrFull, the key's shard being full of state that
+	// still limits. A rising count means the bound is too small for the
+	// keys in use, or a flood of new keys: the failure policy decides
+	// those requests. (A request for a new key under a tracked policy
+	// that records nothing but usage is decided, without its usage, when
+	// there is no room.)
+	Refused uint64
+
+	// Swept counts entries that held nothing, removed by the sweeper and
+	// to make room.
+	Swept uint64
 }
 
-// Stats returns the store's counters.
+// Stats returns the store's counters. It locks each shard in turn, briefly.
 func (s *Store) Stats() Stats {
-	st := Stats{Evictions: s.evictions.Load(), Swept: s.swept.Load()}
+	st := Stats{Bound: s.bound, Evictions: s.evictions.Load(), Refused: s.refused.Load(), Swept: s.swept.Load()}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

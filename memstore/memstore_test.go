@@ -86,36 +86,70 @@ func TestZeroAllocs(t *testing.T) {
 	}
 }
 
-// TestMaxKeysEvicts: the store never holds more entries than WithMaxKeys,
-// and evicts the entry closest to its own expiry.
+// TestMaxKeysEvicts: the store never holds more entries than WithMaxKeys.
+// While every entry it holds still limits, it forgets none of them: new
+// keys are refused with ErrFull (so ErrUnavailable) and the keys it holds
+// keep their counts; once their windows have ended, their entries make
+// room for new keys. (Before the store refused, it evicted the entry
+// closest to its expiry here, and a key's counts were lost.)
 func TestMaxKeysEvicts(t *testing.T) {
 	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
 	s := newStore(t, memstore.WithClock(clock), memstore.WithMaxKeys(100), memstore.WithShards(4))
 	p := floodgate.Policy{Name: "evict", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Minute, Align: floodgate.AlignFirst}
 	lim, _ := floodgate.NewLimiter(s, p)
 	ctx := context.Background()
+	var held []string
+	refused := 0
 	for i := 0; i < 1000; i++ {
 		clock.SetMicros(floodgatetest.BaseMicros + int64(i))
-		if _, err := lim.Allow(ctx, fmt.Sprintf("k%d", i)); err != nil {
-			t.Fatal(err)
+		key := fmt.Sprintf("k%d", i)
+		d, err := lim.Allow(ctx, key)
+		switch {
+		case err == nil && d.Allowed && d.Remaining == 4:
+			held = append(held, key)
+		case errors.Is(err, memstore.ErrFull) && errors.Is(err, floodgate.ErrUnavailable):
+			refused++
+		default:
+			t.Fatalf("key %d: %v, %v; want a fresh key's decision or ErrFull", i, d, err)
 		}
 		if n := s.Stats().Entries; n > 100 {
 			t.Fatalf("after %d keys the store holds %d entries, want ≤ 100", i+1, n)
 		}
 	}
 	st := s.Stats()
-	if st.Entries != 100 || st.Evictions != 900 {
-		t.Errorf("Stats = %+v, want 100 entries and 900 evictions", st)
+	if st.Entries != 100 || len(held) != 100 || refused != 900 || st.Refused != 900 || st.Evictions != 0 || st.Bound != 100 {
+		t.Errorf("Stats = %+v, %d keys held, %d refused; want 100 entries and keys held, 900 refused, 0 evictions, bound 100", st, len(held), refused)
 	}
-	// The newest key was just inserted: it must still be held.
-	d, _ := lim.Peek(ctx, "k999", 1)
-	if d.Remaining != 3 {
-		t.Errorf("newest key lost its count: %v", d)
+	// Every key the store took still has its count.
+	for _, k := range held {
+		if d, _ := lim.Peek(ctx, k, 1); d.Remaining != 3 {
+			t.Fatalf("%s lost its count: %v", k, d)
+		}
+	}
+	// Their windows end: the entries are empty, and each makes room for a
+	// new key. 400 new keys fill every shard's 25 places (a shard gets
+	// fewer than 25 of them with a probability below 10^-9), and the
+	// others are refused, the new keys' state being live in turn.
+	clock.Advance(time.Minute)
+	admitted := 0
+	for i := 0; i < 400; i++ {
+		d, err := lim.Allow(ctx, fmt.Sprintf("new%d", i))
+		switch {
+		case err == nil && d.Remaining == 4:
+			admitted++
+		case errors.Is(err, memstore.ErrFull):
+		default:
+			t.Fatalf("new key %d after the windows ended: %v, %v", i, d, err)
+		}
+	}
+	if st := s.Stats(); admitted != 100 || st.Entries != 100 || st.Swept != 100 || st.Evictions != 0 || st.Refused != 900+300 {
+		t.Errorf("Stats = %+v, %d new keys admitted; want 100 admitted and entries, 100 swept, 0 evictions, 1200 refused", st, admitted)
 	}
 }
 
 // TestEvictionPrefersEmpty: a full shard drops state that has expired
-// before it evicts live state.
+// before anything else, and refuses a new key rather than evict live
+// state.
 func TestEvictionPrefersEmpty(t *testing.T) {
 	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
 	s := newStore(t, memstore.WithClock(clock), memstore.WithMaxKeys(4), memstore.WithShards(1))
@@ -131,8 +165,14 @@ func TestEvictionPrefersEmpty(t *testing.T) {
 	clock.Advance(2 * time.Second) // the gcra states are empty now
 	ll.Allow(ctx, "new1")
 	ll.Allow(ctx, "new2")
-	if st := s.Stats(); st.Evictions != 0 || st.Swept != 2 || st.Entries != 4 {
-		t.Errorf("Stats = %+v, want 0 evictions, 2 swept, 4 entries", st)
+	if st := s.Stats(); st.Evictions != 0 || st.Swept != 2 || st.Entries != 4 || st.Refused != 0 {
+		t.Errorf("Stats = %+v, want 0 evictions, 2 swept, 4 entries, 0 refused", st)
+	}
+	if _, err := ll.Allow(ctx, "new3"); !errors.Is(err, memstore.ErrFull) {
+		t.Errorf("a fifth key with four live ones: %v, want ErrFull", err)
+	}
+	if st := s.Stats(); st.Refused != 1 || st.Entries != 4 {
+		t.Errorf("Stats = %+v, want 1 refused, 4 entries", st)
 	}
 	for _, k := range []string{"keep1", "keep2", "new1", "new2"} {
 		if d, _ := ll.Peek(ctx, k, 1); d.Remaining != 3 {
@@ -168,9 +208,11 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-// TestCloseStopsSweeper: Close ends the sweeper goroutine.
+// TestCloseStopsSweeper: Close ends the sweeper goroutine. It counts the
+// goroutines running a sweeper, not all goroutines: the testing package's
+// own (a subtest's, finishing) came and went under a busy machine.
 func TestCloseStopsSweeper(t *testing.T) {
-	before := runtime.NumGoroutine()
+	before := sweepers()
 	var stores []*memstore.Store
 	for i := 0; i < 20; i++ {
 		s, err := memstore.New(memstore.WithSweepInterval(time.Millisecond))
@@ -179,18 +221,31 @@ func TestCloseStopsSweeper(t *testing.T) {
 		}
 		stores = append(stores, s)
 	}
-	if n := runtime.NumGoroutine(); n < before+20 {
-		t.Fatalf("%d goroutines after starting 20 stores, want ≥ %d", n, before+20)
+	if n := sweepers(); n != before+20 {
+		t.Fatalf("%d sweepers after starting 20 stores, want %d", n, before+20)
 	}
 	for _, s := range stores {
 		s.Close()
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
+	for sweepers() > before {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after Close, want %d", runtime.NumGoroutine(), before)
+			t.Fatalf("%d sweepers after Close, want %d", sweepers(), before)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// sweepers returns how many goroutines are running a store's sweeper: the
+// goroutines New started (the only ones it starts).
+func sweepers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "created by github.com/floodgatehq/floodgate/memstore.New ")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
 

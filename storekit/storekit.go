@@ -124,6 +124,14 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// ErrFull is wrapped by the error of a store that refuses a new key
+// because it is full (a bounded memory store whose every entry still
+// limits). It wraps floodgate.ErrUnavailable: the request is not decided.
+// It is no failure of the store, which goes on deciding the keys it holds:
+// a failure policy (package failure) decides the refused request by its
+// mode but does not count it against the store's circuit breaker.
+var ErrFull = fmt.Errorf("%w: store full, a new key refused", floodgate.ErrUnavailable)
+
 // Router is implemented by stores whose keys live on several backend nodes
 // (the Redis store on a Cluster): Node names the node that decides key
 // under policy p (a master's address), so that a failure policy judges each

@@ -158,7 +158,14 @@ func StepResult(p *floodgate.Policy, s *State, now, n int64, peek bool, r *Resul
 	*r = ResultOf(&d)
 }
 
-// Empty reports whether s holds nothing at time now: a store may forget it.
+// Empty reports whether s holds nothing at time now: a store may forget
+// it. An Empty state decides every later request (add or peek, any cost,
+// at any time from now on) as no state does, every field of the decision
+// alike, so forgetting it changes no decision; a store that must make room
+// forgets only those. The converse holds for policies of one limit that
+// can admit, ar1 aside: a state that is not Empty decides some request
+// otherwise than no state (TestEmptyIsFresh checks both on random
+// histories).
 func (s *State) Empty(now int64) bool {
 	return now >= s.Expires
 }

@@ -268,6 +268,10 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	}
 	bi := buildinfo.Read()
 	metrics.BuildInfo(bi.Version, bi.Revision, bi.GoVersion)
+	if opened.memory != nil {
+		metrics.WatchMemoryStore(memoryStats(opened.memory))
+		logMemoryBound(log, opened.memory, cfg.Store.MaxKeys)
+	}
 	svc, err := service.New(cfg, service.Options{Store: store, Fallback: fallback, Observer: metrics, Logger: log})
 	if err != nil {
 		return e.errorf("%v", err)

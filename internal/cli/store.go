@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/internal/throttle"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/redisstore"
@@ -23,9 +24,10 @@ import (
 // openedStore is the store serve decides through, and what it needs to
 // check and release it.
 type openedStore struct {
-	store floodgate.Store
-	redis *redisstore.Store // nil for the memory store
-	close func()
+	store  floodgate.Store
+	redis  *redisstore.Store // nil for the memory store
+	memory *memstore.Store   // nil for Redis
+	close  func()
 
 	// addr is a Redis address (the URL's, or the first seed node's or
 	// sentinel's), and tls whether it is dialed with TLS: what
@@ -40,8 +42,11 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 	s := cfg.Store
 	if s.Type == "memory" {
 		var opts []memstore.Option
-		if s.MaxKeys > 0 {
+		switch {
+		case s.MaxKeys > 0:
 			opts = append(opts, memstore.WithMaxKeys(s.MaxKeys))
+		case s.MaxKeys < 0:
+			opts = append(opts, memstore.WithUnbounded())
 		}
 		if cfg.Bounds.MaxKeyBytes > 0 {
 			opts = append(opts, memstore.WithMaxKeyLen(cfg.Bounds.MaxKeyBytes))
@@ -50,7 +55,7 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &openedStore{store: m, close: func() { m.Close() }}, nil
+		return &openedStore{store: m, memory: m, close: func() { m.Close() }}, nil
 	}
 	client, err := redisClient(cfg)
 	if err != nil {
@@ -82,6 +87,30 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 // clusterReloadInterval is how often a cluster client reads the slot map
 // again while it is used.
 const clusterReloadInterval = 500 * time.Millisecond
+
+// memoryStats adapts memstore's Stats for the metrics.
+func memoryStats(m *memstore.Store) func() telemetry.MemoryStats {
+	return func() telemetry.MemoryStats {
+		s := m.Stats()
+		return telemetry.MemoryStats{Entries: s.Entries, Bound: s.Bound, Evictions: s.Evictions, Refused: s.Refused, Swept: s.Swept}
+	}
+}
+
+// logMemoryBound says at start how many keys the memory store holds, and
+// why that many.
+func logMemoryBound(log *slog.Logger, m *memstore.Store, maxKeys int) {
+	bound := m.Stats().Bound
+	switch {
+	case bound == 0:
+		log.Info("memory store unbounded (store.max_keys: -1)")
+	case maxKeys > 0:
+		log.Info("memory store bounded", "max_keys", bound, "from", "store.max_keys")
+	default:
+		sz := memstore.DefaultSizing()
+		log.Info("memory store bounded", "max_keys", bound, "from", "the memory the process may use",
+			"memory_bytes", sz.Memory, "memory_source", sz.Source)
+	}
+}
 
 // redisClient builds the go-redis client of the configured Redis store.
 // Store calls are bounded by their context (ContextTimeoutEnabled); a call

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // Metrics implements service.Observer and failure.Observer. Create it
@@ -39,6 +40,7 @@ type Metrics struct {
 	unknownDom prometheus.Counter
 	mode       *prometheus.GaugeVec
 	build      *prometheus.GaugeVec
+	memory     *memoryCollector
 }
 
 // The label names of each vector, in order: Snapshot reads them back.
@@ -127,8 +129,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "1, labelled with the running build's version, VCS revision and Go version.",
 		}, []string{"version", "revision", "goversion"}),
 	}
+	m.memory = newMemoryCollector()
 	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads,
-		m.lastReload, m.lastTry, m.lastOK, m.breaker, m.requests, m.latency, m.unknownPol, m.unknownDom, m.mode, m.build} {
+		m.lastReload, m.lastTry, m.lastOK, m.breaker, m.requests, m.latency, m.unknownPol, m.unknownDom, m.mode, m.build, m.memory} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -168,6 +171,8 @@ func (m *Metrics) StoreCall(op, node string, took time.Duration, err error) {
 	switch {
 	case errors.Is(err, failure.ErrBreakerOpen):
 		cause = "breaker_open"
+	case errors.Is(err, storekit.ErrFull):
+		cause = "full"
 	case errors.Is(err, context.DeadlineExceeded):
 		cause = "timeout"
 	case errors.Is(err, floodgate.ErrUnavailable):

@@ -79,6 +79,7 @@ func telemetryFamilies(t *testing.T) map[string]dto.MetricType {
 	m.UnknownDomain()
 	m.FailureMode("open")
 	m.BuildInfo("v0.1.0", "0123456789ab", "go1.26")
+	m.WatchMemoryStore(func() telemetry.MemoryStats { return telemetry.MemoryStats{Entries: 1, Bound: 2, Refused: 1} })
 	m.OverLimitCacheHit("p")
 	m.Reload(true)
 	m.Reload(false)

@@ -1,7 +1,8 @@
 package algo
 
 import (
-	"strconv"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/floodgatehq/floodgate"
@@ -44,21 +45,18 @@ type Hold struct {
 	TatB    int64
 }
 
-// ErrBounds reports a calendar member whose Bounds hold no window for the
-// store's now: the caller's and the store's clocks are a period apart.
-type ErrBounds struct{ Member int }
+// ErrClockSkew is returned, wrapped with the member's index, for a calendar
+// member whose Bounds hold no window for the store's now: the caller's and
+// the store's clocks are a period apart (SPEC.md, "Calendar windows").
+var ErrClockSkew = errors.New("algo: calendar bounds do not cover the store's clock")
 
-func (e *ErrBounds) Error() string {
-	return "algo: the calendar bounds of member " + strconv.Itoa(e.Member) + " do not cover the store's clock"
-}
-
-// checkBounds returns an *ErrBounds for the first calendar member whose
-// bounds do not cover its now (after rule 1).
+// checkBounds returns an error wrapping ErrClockSkew for the first calendar
+// member whose bounds do not cover its now (after rule 1).
 func checkBounds(ms []Member, now int64) error {
 	for i := range ms {
 		if b := ms[i].Bounds; b != nil {
 			if _, _, ok := b.Window(effectiveNow(ms[i].State, now)); !ok {
-				return &ErrBounds{Member: i}
+				return fmt.Errorf("%w: member %d", ErrClockSkew, i)
 			}
 		}
 	}

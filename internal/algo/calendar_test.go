@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -142,11 +143,14 @@ func TestCalendarWindowClockSkew(t *testing.T) {
 	p.Window = 0
 	m := Member{Policy: p, State: &State{}, Bounds: &b}
 	var o Outcome
-	if err := Add([]Member{m}, now+2*24*3600*1_000_000, 1, false, &o); err == nil {
-		t.Fatal("Add two days past the bounds: no error")
+	if err := Add([]Member{m}, now+2*24*3600*1_000_000, 1, false, &o); !errors.Is(err, ErrClockSkew) {
+		t.Fatalf("Add two days past the bounds: %v, want ErrClockSkew", err)
 	}
-	if err := Add([]Member{m}, now-2*24*3600*1_000_000, 1, false, &o); err == nil {
-		t.Fatal("Add two days before the bounds: no error")
+	if err := Add([]Member{m}, now-2*24*3600*1_000_000, 1, false, &o); !errors.Is(err, ErrClockSkew) {
+		t.Fatalf("Add two days before the bounds: %v, want ErrClockSkew", err)
+	}
+	if m.State.Live() {
+		t.Fatal("a refused step wrote state")
 	}
 	if err := Add([]Member{m}, now+24*3600*1_000_000, 1, false, &o); err != nil || !o.Allowed {
 		t.Fatalf("Add in the next window: %v, %+v", err, o)

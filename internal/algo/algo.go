@@ -57,7 +57,7 @@ func toDuration(us int64) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-// State is the state of one (policy, key), for every algorithm, in six
+// State is the state of one (policy, key), for every algorithm, in five
 // words: small, because a store keeps one per key. The zero value is "no
 // state". A State is not safe for concurrent use; stores lock around Step.
 type State struct {
@@ -78,11 +78,6 @@ type State struct {
 	//   gcra:         the theoretical arrival time is A + B/count µs, with
 	//                 0 ≤ B < count.
 	A, B int64
-
-	// Born is the µs of the recording add that created the state from no
-	// live state (SPEC.md, "State birth"); reservations settle only into
-	// the state they were made in. Meaningless while Expires is 0.
-	Born int64
 
 	// X holds the state of the variable-size algorithms: sliding_window
 	// (one Log of buckets per limit), sliding_log (one Log of entries) and
@@ -136,7 +131,6 @@ func Step(p *floodgate.Policy, s *State, now, n int64, peek bool, d *floodgate.D
 	if s.Expires != 0 && now < s.TLast {
 		now = s.TLast // the clock went backwards: SPEC.md rule 1
 	}
-	empty := now >= s.Expires
 	switch p.Algorithm {
 	case floodgate.SlidingWindow:
 		slidingWindow(p, s, now, n, peek, d)
@@ -153,9 +147,6 @@ func Step(p *floodgate.Policy, s *State, now, n int64, peek bool, d *floodgate.D
 	default:
 		// Validate rules this out; deny rather than guess.
 		*d = floodgate.Decision{RetryAfter: floodgate.Never}
-	}
-	if empty && !peek && now < s.Expires {
-		s.Born = now // a recording add created the state
 	}
 }
 

@@ -16,13 +16,20 @@ import (
 // locks: a store holds every member's lock around one call, which is what
 // makes the call atomic.
 
-// Member is one (policy, key) of an operation: its policy, its key's state,
-// and for a calendar fixed_window (Window zero) the Bounds the caller drew
-// around its clock. Policy must be valid and State written only under
-// policies of the same shape (SameShape).
+// Member is one (policy, key) of an operation: its policy, its key's state
+// and the state's birth, and for a calendar fixed_window (Window zero) the
+// Bounds the caller drew around its clock. Policy must be valid and State
+// written only under policies of the same shape (SameShape).
+//
+// Born is SPEC.md's born ("State birth"), kept by the store beside State:
+// the operations here set it when an add creates the state, and Settle
+// compares it with the reservation's. It lives outside State so that State
+// stays the size stores are built around; a store that settles
+// reservations keeps one more word per key. Born must not be nil.
 type Member struct {
 	Policy *floodgate.Policy
 	State  *State
+	Born   *int64
 	Bounds *Bounds
 }
 
@@ -107,6 +114,8 @@ func Add(ms []Member, now, n int64, peek bool, o *Outcome) error {
 	}
 	for i := range states {
 		m := &states[i]
+		at := effectiveNow(m.State, now)
+		wasLive := liveAt(m, at)
 		switch {
 		case allowed:
 			stepMember(m, m.Policy, now, n, false, &ds[i])
@@ -123,6 +132,9 @@ func Add(ms []Member, now, n int64, peek bool, o *Outcome) error {
 			waits[i] = micros(ds[i].RetryAfter)
 		default:
 			readMember(m, now, &ds[i]) // admits, records nothing: wait 0
+		}
+		if !wasLive && liveAt(m, at) {
+			*m.Born = at // this add created the state
 		}
 	}
 	combine(ds[:len(ms)], verdicts[:len(ms)], waits[:len(ms)], allowed, o)
@@ -203,8 +215,8 @@ func noCountDenied(p *floodgate.Policy) floodgate.Policy {
 func cloneMembers(ms []Member) []Member {
 	out := make([]Member, len(ms))
 	for i, m := range ms {
-		s := m.State.clone()
-		out[i] = Member{Policy: m.Policy, State: &s, Bounds: m.Bounds}
+		s, born := m.State.clone(), *m.Born
+		out[i] = Member{Policy: m.Policy, State: &s, Born: &born, Bounds: m.Bounds}
 	}
 	return out
 }
@@ -287,7 +299,7 @@ func Reserve(ms []Member, now, n int64, o *Outcome, holds []Hold) error {
 			continue
 		}
 		s := ms[i].State
-		holds[i] = Hold{Granted: n, At: s.TLast, Born: s.Born, TatA: s.A, TatB: s.B}
+		holds[i] = Hold{Granted: n, At: s.TLast, Born: *ms[i].Born, TatA: s.A, TatB: s.B}
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ type budgetWalk struct {
 
 func newBudgetWalk(c refRand, alg floodgate.Algorithm) *budgetWalk {
 	g := refGenPolicy(c, alg)
-	return &budgetWalk{c: c, g: g, m: Member{Policy: g.p, State: &State{}}, now: refBase + c.intn(g.d)}
+	return &budgetWalk{c: c, g: g, m: Member{Policy: g.p, State: &State{}, Born: new(int64)}, now: refBase + c.intn(g.d)}
 }
 
 func (w *budgetWalk) cost() int64 {
@@ -69,7 +69,7 @@ func (w *budgetWalk) tick() {
 func fullRemaining(p *floodgate.Policy) int64 {
 	var d floodgate.Decision
 	s := State{}
-	readMember(&Member{Policy: p, State: &s}, refBase, &d)
+	readMember(&Member{Policy: p, State: &s, Born: new(int64)}, refBase, &d)
 	return d.Remaining
 }
 
@@ -332,7 +332,7 @@ func TestGroupOfOneIsStep(t *testing.T) {
 					}
 					var a, b floodgate.Decision
 					readMember(&w.m, w.now, &a)
-					readMember(&Member{Policy: w.g.p, State: &twin}, w.now, &b)
+					readMember(&Member{Policy: w.g.p, State: &twin, Born: new(int64)}, w.now, &b)
 					if a != b {
 						t.Fatalf("seed %d, %s at %d: states differ after the step: %+v vs %+v", seed, w.g.p, w.now, a, b)
 					}
@@ -353,7 +353,7 @@ func TestGroupAllOrNothing(t *testing.T) {
 	for ops := 0; ops < 3*budgetOps(); {
 		a, b := newBudgetWalk(c, ""), refGenPolicy(c, "")
 		b.p.Name = "q"
-		ms := []Member{a.m, {Policy: b.p, State: &State{}}}
+		ms := []Member{a.m, {Policy: b.p, State: &State{}, Born: new(int64)}}
 		for k := 0; k < 100; k++ {
 			ops++
 			a.tick()

@@ -128,9 +128,6 @@ func calendarWindow(p *floodgate.Policy, s *State, now, n, start, end int64, pee
 		}
 	}
 	if record && !peek {
-		if !live {
-			s.Born = now
-		}
 		s.TLast, s.Expires, s.A, s.B = now, end, start, after
 	}
 	decide(d, allowed, 0, max, max-after, retry, reset)

@@ -141,7 +141,7 @@ func TestCalendarWindowClockSkew(t *testing.T) {
 	b := CalendarBounds(Day, loc, now)
 	p := mustPolicy(t, "fixed_window 2/1s")
 	p.Window = 0
-	m := Member{Policy: p, State: &State{}, Bounds: &b}
+	m := Member{Policy: p, State: &State{}, Born: new(int64), Bounds: &b}
 	var o Outcome
 	if err := Add([]Member{m}, now+2*24*3600*1_000_000, 1, false, &o); !errors.Is(err, ErrClockSkew) {
 		t.Fatalf("Add two days past the bounds: %v, want ErrClockSkew", err)

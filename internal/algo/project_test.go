@@ -25,6 +25,7 @@ func TestProjectVectors(t *testing.T) {
 			policies[i].Name = "m" + strconv.Itoa(i)
 		}
 		states := map[string]*algo.State{}
+		borns := map[string]*int64{}
 		holds := map[string][]algo.Hold{}
 		holdKeys := map[string][]string{}
 		members := func(keys []string, now int64) []algo.Member {
@@ -32,9 +33,9 @@ func TestProjectVectors(t *testing.T) {
 			for i, k := range keys {
 				id := strconv.Itoa(i) + "/" + k
 				if states[id] == nil {
-					states[id] = &algo.State{}
+					states[id], borns[id] = &algo.State{}, new(int64)
 				}
-				ms[i] = algo.Member{Policy: &policies[i], State: states[id]}
+				ms[i] = algo.Member{Policy: &policies[i], State: states[id], Born: borns[id]}
 				if c := v.Members[i].Calendar; c != nil {
 					b := algo.CalendarBounds(c.Period, c.Location, now)
 					ms[i].Bounds = &b

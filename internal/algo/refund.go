@@ -12,7 +12,7 @@ import (
 // recorded is reset; any other change writes t_last.
 func giveBack(m *Member, now, x int64, h *Hold) {
 	s, p := m.State, m.Policy
-	if !liveAt(m, now) || h != nil && s.Born != h.Born {
+	if !liveAt(m, now) || h != nil && *m.Born != h.Born {
 		return
 	}
 	changed := false

@@ -29,6 +29,7 @@ const (
 	EnvAdminToken    = "FLOODGATE_ADMIN_TOKEN"    // serve: the admin token; reset, keys: the token to send
 	EnvKeySecret     = "FLOODGATE_KEY_SECRET"     // serve: store HMACs of keys in Redis, with this secret
 	EnvURL           = "FLOODGATE_URL"            // allow, peek, reset, keys: the service's HTTP address
+	EnvToken         = "FLOODGATE_TOKEN"          // allow, peek: a client's token (clients.tokens_file)
 )
 
 // Main runs the command line of args (without the program name) and

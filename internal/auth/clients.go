@@ -59,7 +59,7 @@ func ParseClients(data []byte) (map[[sha256.Size]byte]string, error) {
 			return nil, fmt.Errorf("%w: line %d: %v", ErrClientsFile, line, err)
 		}
 		if err := CheckToken(tok); err != nil {
-			return nil, fmt.Errorf("%w: line %d: client %s: token: %v", ErrClientsFile, line, name, errors.Unwrap(err))
+			return nil, fmt.Errorf("%w: line %d: client %s: token: %s", ErrClientsFile, line, name, strings.TrimPrefix(err.Error(), ErrWeakToken.Error()+": "))
 		}
 		if first, dup := names[name]; dup {
 			return nil, fmt.Errorf("%w: line %d: client %s is on line %d already", ErrClientsFile, line, name, first)

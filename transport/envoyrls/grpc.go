@@ -26,7 +26,8 @@ import (
 // Internal. Here the call's bytes are taken as they came (into an empty
 // message, as unknown fields) and decoded by decodeRequest, which names
 // the field at fault with InvalidArgument, as the service answers every
-// other bad request.
+// other bad request. (Bytes that are not protobuf's wire format at all
+// still fail in gRPC's own decoding, with Internal.)
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: rlsv3.RateLimitService_ServiceDesc.ServiceName,
 	HandlerType: (*rlsv3.RateLimitServiceServer)(nil),

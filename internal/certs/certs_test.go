@@ -153,19 +153,16 @@ func TestMutualTLS(t *testing.T) {
 		t.Error("not MutualTLS with a client CA")
 	}
 	addr := serve(t, r.TLSConfig())
-	base := tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"}
-	none := base
-	if _, err := dial(addr, &none); err == nil {
+	cfg := func(certs ...tls.Certificate) *tls.Config {
+		return &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", Certificates: certs}
+	}
+	if _, err := dial(addr, cfg()); err == nil {
 		t.Error("a client without a certificate got in")
 	}
-	foreign := base
-	foreign.Certificates = []tls.Certificate{other.Client(t, "mallory").TLS}
-	if _, err := dial(addr, &foreign); err == nil {
+	if _, err := dial(addr, cfg(other.Client(t, "mallory").TLS)); err == nil {
 		t.Error("a client certificate of another CA got in")
 	}
-	good := base
-	good.Certificates = []tls.Certificate{ca.Client(t, "alice").TLS}
-	if _, err := dial(addr, &good); err != nil {
+	if _, err := dial(addr, cfg(ca.Client(t, "alice").TLS)); err != nil {
 		t.Errorf("a client certificate of the CA: %v", err)
 	}
 }

@@ -45,7 +45,7 @@ func run(t *testing.T, env map[string]string, args ...string) (code int, stdout,
 	return code, out.String(), errOut.String()
 }
 
-func writeFile(t *testing.T, name, text string) string {
+func writeFile(t testing.TB, name, text string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {

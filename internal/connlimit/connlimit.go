@@ -3,12 +3,15 @@
 // descriptor of the process.
 //
 // At the cap, a new connection takes the place of the one that has been
-// idle longest among those it looks at (no byte read or written for at
-// least MinIdle); when none is idle it is closed at once. This differs
-// from golang.org/x/net/netutil.LimitListener, which stops accepting at
-// the cap: there, a flood of idle connections locks every new client out
-// until the server's timeouts close them, while here a client that speaks
-// still gets in, and only the idle ones make room.
+// idle longest among those it looks at (the one whose last byte read or
+// written, or whose accept, is oldest, if at least MinIdle ago); when none
+// is idle enough it is closed at once. This differs from
+// golang.org/x/net/netutil.LimitListener, which stops accepting at the
+// cap: there, a flood of idle connections locks every new client out until
+// the server's timeouts close them, while here a client that speaks still
+// gets in, and the idle ones make room — even when the flood re-opens its
+// connections as fast as they are closed, since a newcomer that sends its
+// request at once is always fresher than they are.
 //
 // A Listener is safe for concurrent use by multiple goroutines.
 package connlimit
@@ -21,9 +24,6 @@ import (
 	"time"
 )
 
-// DefaultMinIdle is the idleness that makes a connection a candidate for
-// eviction when Options.MinIdle is 0.
-const DefaultMinIdle = time.Second
 
 // scan is how many connections, from a random one on, an Accept at the
 // cap looks at for the idlest: bounded, so that a flood costs each accept
@@ -33,8 +33,10 @@ const scan = 64
 // Options configures a Listener.
 type Options struct {
 	// MinIdle is how long a connection must have been silent (nothing read
-	// or written) to be closed for a newcomer at the cap; 0 means
-	// DefaultMinIdle.
+	// or written since this long) to be closed for a newcomer at the cap.
+	// The zero value evicts the idlest connection, however recent: a grace
+	// above zero protects young connections, but lets a flood that re-opens
+	// its connections faster than that lock newcomers out.
 	MinIdle time.Duration
 }
 
@@ -55,9 +57,6 @@ type Listener struct {
 func New(l net.Listener, max int, o Options) *Listener {
 	if max < 1 {
 		max = 1
-	}
-	if o.MinIdle <= 0 {
-		o.MinIdle = DefaultMinIdle
 	}
 	return &Listener{Listener: l, max: max, minIdle: o.MinIdle}
 }

@@ -66,15 +66,15 @@ func (e *environ) serve(args []string) int {
 		"Runs the rate limit service: the HTTP/JSON API and Envoy's gRPC rate limit API.\n"+
 			"With no flags: the memory store, HTTP on 127.0.0.1:8080, gRPC on 127.0.0.1:8081, and a\n"+
 			"small built-in set of example policies. --redis, --redis-cluster or --redis-sentinel\n"+
-			"share state between replicas. SIGHUP, or a change of the configuration files, reloads\n"+
-			"the configuration (an invalid one is refused and the old one kept); SIGTERM turns\n"+
-			"/readyz to 503, keeps serving for --shutdown-delay, then drains requests in flight\n"+
-			"and stops.\n\n"+
+			"share state between replicas. SIGHUP, or a change of the configuration files (or of\n"+
+			"the token files they name), reloads the configuration (an invalid one is refused and\n"+
+			"the old one kept); SIGTERM turns /readyz to 503, keeps serving for --shutdown-delay,\n"+
+			"then drains requests in flight and stops.\n\n"+
 			"Admin endpoints (/v1/reset, /v1/keys, /v1/stats) need the admin token; with none they\n"+
 			"answer 403 (admin.allow_loopback: true opens them to loopback callers). The decision\n"+
-			"APIs take anyone unless clients.tokens_file or a listener's client_ca is set: serve\n"+
-			"warns when it listens beyond loopback so. TLS: listen.http_tls and listen.grpc_tls\n"+
-			"(docs/operations.md, Security).",
+			"APIs take anyone unless clients.tokens_file or a listener's client_ca is set; serve\n"+
+			"warns at start about every listener beyond loopback that takes anyone or has no TLS\n"+
+			"(listen.http_tls, listen.grpc_tls). docs/operations.md, Security, says what to set.",
 		EnvConfig+"  configuration file or directory",
 		EnvHTTP+", "+EnvGRPC+"  listen addresses",
 		EnvRedisURL+", "+EnvRedisCluster+", "+EnvRedisSentinel+"  the Redis store",

@@ -24,7 +24,6 @@ import (
 	"time"
 )
 
-
 // scan is how many connections, from a random one on, an Accept at the
 // cap looks at for the idlest: bounded, so that a flood costs each accept
 // a fixed amount of work.

@@ -179,7 +179,9 @@ func FuzzJSON(f *testing.F) {
 			t.Fatalf("the answer is not JSON: %q", w.Body)
 		}
 		if w.Code != http.StatusOK && w.Code != http.StatusTooManyRequests {
-			var e struct{ Error struct{ Code, Message string } }
+			var e struct {
+				Error struct{ Code, Message string }
+			}
 			if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
 				t.Fatalf("an error without a code and message: %s", w.Body)
 			}

@@ -46,11 +46,11 @@ var fences = map[string]fence{
 	"httplimit/luascript": {own: []string{"internal/throttle", "", "storekit", "rlheader", "failure", "httplimit"}, thirdParty: true},
 
 	// The service and what serves it.
-	"config":             {own: []string{"internal/throttle", "", "storekit", "failure"}, thirdParty: true},
-	"service":            {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config"}, thirdParty: true},
-	"rls":                {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service"}, thirdParty: true},
-	"transport/httpapi":  {own: []string{"transport/reqlog", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/telemetry"}, thirdParty: true},
-	"transport/envoyrls": {own: []string{"transport/reqlog", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls"}, thirdParty: true},
+	"config":             {own: []string{"internal/throttle", "", "storekit", "failure", "internal/auth"}, thirdParty: true},
+	"service":            {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "internal/auth"}, thirdParty: true},
+	"rls":                {own: []string{"internal/throttle", "", "storekit", "usage", "failure", "config", "internal/auth", "rlheader", "service"}, thirdParty: true},
+	"transport/httpapi":  {own: []string{"transport/reqlog", "internal/throttle", "", "storekit", "usage", "failure", "config", "internal/auth", "rlheader", "service", "rls", "internal/telemetry"}, thirdParty: true},
+	"transport/envoyrls": {own: []string{"transport/reqlog", "internal/throttle", "", "storekit", "usage", "failure", "config", "internal/auth", "rlheader", "service", "rls"}, thirdParty: true},
 	"transport/reqlog":   {},
 	"internal/tracing":   {thirdParty: true},
 	"internal/telemetry": {own: []string{"internal/throttle", "", "storekit", "failure"}, thirdParty: true},
@@ -62,9 +62,9 @@ var fences = map[string]fence{
 
 	// The programs, which wire everything together (but test helpers).
 	"internal/cli": {own: []string{"internal/tracing", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
-		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/buildinfo"}, thirdParty: true},
+		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/buildinfo", "internal/auth", "internal/certs", "internal/connlimit"}, thirdParty: true},
 	"cmd/floodgate": {own: []string{"internal/tracing", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
-		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/cli", "internal/buildinfo"}, thirdParty: true},
+		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/cli", "internal/buildinfo", "internal/auth", "internal/certs", "internal/connlimit"}, thirdParty: true},
 	"examples/quickstart": {own: []string{"", "storekit", "usage", "internal/algo", "memstore"}},
 	"examples/api": {own: []string{"internal/throttle", "", "storekit", "usage", "internal/algo", "memstore", "redisstore", "failure", "rlheader", "httplimit"},
 		thirdParty: true},
@@ -77,6 +77,13 @@ var fences = map[string]fence{
 	// The version a build is stamped with: anything may read it, and it
 	// reads only the standard library.
 	"internal/buildinfo": {},
+
+	// The service's credentials, its TLS files and its connection caps:
+	// the standard library alone.
+	"internal/auth":      {},
+	"internal/certs":     {},
+	"internal/connlimit": {},
+	"internal/certtest":  {},
 }
 
 func matches(pattern, pkg string) bool {

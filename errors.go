@@ -18,7 +18,8 @@ var (
 	ErrInvalidPolicy = errors.New("floodgate: invalid policy")
 
 	// ErrInvalidKey is returned when a key is empty or longer than the
-	// store's maximum key length.
+	// store's maximum key length, and by Limiter for a key that is not
+	// valid UTF-8 (which the service's HTTP and gRPC APIs refuse too).
 	ErrInvalidKey = errors.New("floodgate: invalid key")
 
 	// ErrInvalidCost is returned when a cost is below 1 (for Store.Take) or

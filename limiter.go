@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // Limiter applies one policy to many keys through a Store. It is the front
@@ -43,20 +44,41 @@ func (l *Limiter) Policy() Policy {
 	return p
 }
 
+// errKeyUTF8 is the error of a key that is not valid UTF-8.
+var errKeyUTF8 = fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
+
+// checkKey refuses a key that is not valid UTF-8, as the service's HTTP
+// and gRPC APIs do (JSON and protobuf strings cannot carry other bytes):
+// every surface of floodgate agrees on what a key is. Stores check the
+// rest (empty, too long).
+func checkKey(key string) error {
+	if !utf8.ValidString(key) {
+		return errKeyUTF8
+	}
+	return nil
+}
+
 // Allow is AllowN(ctx, key, 1): it consumes one unit if the request passes.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.store.Take(ctx, Request{Policy: l.policy, Key: key, N: 1}) // inlines
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
+	}
+	return l.store.Take(ctx, Request{Policy: l.policy, Key: key, N: 1})
 }
 
 // AllowN decides a request of cost n for key, consuming n units if it
 // passes. A denial is a Decision with Allowed false, not an error. n must
 // be from 1 to MaxCost: any other n, 0 and negative ones included, is an
 // error wrapping ErrInvalidCost and decides nothing (use Peek to look and
-// Reset to forget a key). Another error means the store could not decide
-// (see Store.Take).
+// Reset to forget a key). A key that is not valid UTF-8 is an error
+// wrapping ErrInvalidKey, as an empty or overlong one is. Another error
+// means the store could not decide (see Store.Take).
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
 	if n < 1 || n > MaxCost {
 		return Decision{}, checkCost(n)
+	}
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
 	}
 	return l.store.Take(ctx, Request{Policy: l.policy, Key: key, N: n})
 }
@@ -68,11 +90,17 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Decision, erro
 	if n < 1 || n > MaxCost {
 		return Decision{}, checkCost(n)
 	}
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
+	}
 	return l.store.Take(ctx, Request{Policy: l.policy, Key: key, N: n, Peek: true})
 }
 
 // Reset forgets key's state under the limiter's policy.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
 	return l.store.Reset(ctx, l.policy, key)
 }
 
@@ -91,6 +119,9 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, error) {
 	if n < 1 {
 		return Decision{}, checkCost(n)
+	}
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
 	}
 	for {
 		if err := ctx.Err(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,5 +172,36 @@ func TestNewLimiter(t *testing.T) {
 	got.Limits[0].Max = 7
 	if lim.Policy().Limits[0].Max != 2 {
 		t.Error("Policy() returned the limiter's own limits")
+	}
+}
+
+// TestKeysAreUTF8: a key that is not valid UTF-8 is ErrInvalidKey for
+// every operation, as the service's HTTP and gRPC APIs refuse it, and it
+// decides nothing; the error does not repeat the key. Valid keys,
+// non-ASCII ones included, are decided.
+func TestKeysAreUTF8(t *testing.T) {
+	lim, _, _ := waitFixture(t, "fixed_window 3/1m")
+	ctx := context.Background()
+	for _, key := range []string{"secret\xffb", "secret\xfeb", "secret\xc3", "secret\xed\xa0\x80"} { // the last: a surrogate
+		check := func(op string, err error) {
+			t.Helper()
+			if !errors.Is(err, floodgate.ErrInvalidKey) || strings.Contains(err.Error(), "secret") {
+				t.Errorf("%s(%q): %v, want ErrInvalidKey without the key", op, key, err)
+			}
+		}
+		_, err := lim.Allow(ctx, key)
+		check("Allow", err)
+		_, err = lim.AllowN(ctx, key, 2)
+		check("AllowN", err)
+		_, err = lim.Peek(ctx, key, 1)
+		check("Peek", err)
+		_, err = lim.Wait(ctx, key)
+		check("Wait", err)
+		check("Reset", lim.Reset(ctx, key))
+	}
+	for _, key := range []string{"grüße", "\U0001F600", "\uFFFD"} {
+		if d, err := lim.Allow(ctx, key); err != nil || !d.Allowed || d.Remaining != 2 {
+			t.Errorf("Allow(%q) = %+v, %v; want the first of 3", key, d, err)
+		}
 	}
 }

@@ -46,6 +46,7 @@ type Config struct {
 	Store   Store
 	Failure Failure
 	Admin   Admin
+	Clients Clients
 	Bounds  RequestBounds // the "limits" section: bounds on requests to the service
 	Listen  Listen
 	Envoy   Envoy
@@ -129,20 +130,64 @@ func (c *Config) FailurePolicy(fallback floodgate.Store) failure.Policy {
 	}
 }
 
-// Admin protects the admin endpoints (reset, key listings).
+// Admin protects the admin endpoints (/v1/reset, /v1/keys, /v1/stats).
 type Admin struct {
-	// Token is the bearer token admin requests must carry. Empty means
-	// admin endpoints answer only when the service listens on loopback.
+	// Token is the bearer token admin requests must carry (at least
+	// auth.MinTokenLen characters). Empty means no token: admin endpoints
+	// answer 403, unless AllowLoopback.
 	Token string
+	// TokenFile names a file holding the token (admin.token_file); the
+	// command line reads it into Token at start and at every reload.
+	TokenFile string
+	// AllowLoopback lets admin requests through without a token when
+	// none is configured, from a loopback peer naming a loopback host
+	// (admin.allow_loopback; off by default). Every process of the host,
+	// and every client of a proxy on it, is then an admin.
+	AllowLoopback bool
 }
 
-// RequestBounds bound requests to the service (the configuration's
-// "limits" section; not to be confused with a policy's rate limits).
+// Clients configures the authentication of the decision APIs
+// (/v1/check, /v1/peek, /v1/policies, /v1/envoy/rule, /json and gRPC
+// ShouldRateLimit). It is on when TokensFile is set or a listener asks
+// for client certificates (Listen's ClientCA).
+type Clients struct {
+	// TokensFile names a file of "NAME TOKEN" lines (auth.ParseClients),
+	// re-read when it changes. Empty means no bearer tokens.
+	TokensFile string
+}
+
+// RequestBounds bound requests to the service, and the connections that
+// carry them (the configuration's "limits" section; not to be confused
+// with a policy's rate limits). Zero fields take the defaults below.
 type RequestBounds struct {
 	MaxBodyBytes   int64 // 0 means 1 MiB
 	MaxBatch       int   // items per /v1/check; 0 means 1000
 	MaxKeyBytes    int   // 0 means storekit.DefaultMaxKeyLen
 	MaxDescriptors int   // per RLS request; 0 means 64
+
+	// MaxConnections caps the open connections of each listener (HTTP
+	// and gRPC alike); at the cap, the idlest connection makes room for a
+	// new one (internal/connlimit). 0 means DefaultMaxConnections.
+	MaxConnections int
+	// MaxHeaderBytes bounds an HTTP request's header and a gRPC call's
+	// metadata (HTTP/2 MAX_HEADER_LIST_SIZE), in bytes; 0 means 64 KiB.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds the wait for an HTTP request's header, and
+	// for a new gRPC connection's handshake; 0 means 10s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout and WriteTimeout bound the reading of a whole HTTP
+	// request and the writing of its answer; 0 means 30s each.
+	ReadTimeout, WriteTimeout time.Duration
+	// IdleTimeout closes an HTTP keep-alive connection, or a gRPC
+	// connection without calls, idle this long; 0 means 2m.
+	IdleTimeout time.Duration
+	// MaxConcurrentStreams bounds the calls in flight on one gRPC
+	// connection; 0 means 256.
+	MaxConcurrentStreams int
+	// KeepaliveMinTime is the shortest interval between a gRPC client's
+	// keepalive pings; a client pinging more often is disconnected
+	// (GOAWAY too_many_pings). 0 means 10s.
+	KeepaliveMinTime time.Duration
 }
 
 // Envoy holds the settings of envoyproxy/ratelimit that change answers
@@ -159,12 +204,29 @@ type Envoy struct {
 	ResponseHeaders bool
 }
 
-// Listen holds the service's addresses.
+// Listen holds the service's addresses and their TLS.
 type Listen struct {
 	HTTP, GRPC string // empty means 127.0.0.1:8080 and 127.0.0.1:8081
-	// TLSCert and TLSKey, both or neither, serve gRPC over TLS.
-	TLSCert, TLSKey string
+	// HTTPTLS and GRPCTLS serve each listener over TLS when their Cert is
+	// set (listen.http_tls, listen.grpc_tls; listen.tls_cert and tls_key
+	// are the older spelling of grpc_tls's).
+	HTTPTLS, GRPCTLS TLS
 }
+
+// TLS names a listener's certificate files (PEM). The files are re-read
+// when they change.
+type TLS struct {
+	// Cert and Key, both or neither, are the certificate chain and its
+	// private key.
+	Cert, Key string
+	// ClientCA, when set, is a bundle of CA certificates: clients must
+	// present a certificate one of them signed (mutual TLS). It needs
+	// Cert.
+	ClientCA string
+}
+
+// On reports whether t serves TLS.
+func (t TLS) On() bool { return t.Cert != "" }
 
 // MaxTimeout bounds store.timeout.
 const MaxTimeout = time.Minute
@@ -178,6 +240,15 @@ const (
 	DefaultMaxDescriptors = 64
 	DefaultHTTP           = "127.0.0.1:8080"
 	DefaultGRPC           = "127.0.0.1:8081"
+
+	DefaultMaxConnections       = 4096
+	DefaultMaxHeaderBytes       = 64 << 10
+	DefaultReadHeaderTimeout    = 10 * time.Second
+	DefaultReadTimeout          = 30 * time.Second
+	DefaultWriteTimeout         = 30 * time.Second
+	DefaultIdleTimeout          = 2 * time.Minute
+	DefaultMaxConcurrentStreams = 256
+	DefaultKeepaliveMinTime     = 10 * time.Second
 )
 
 // withDefaults fills the zero fields that have defaults.
@@ -205,6 +276,24 @@ func (c *Config) withDefaults() {
 	}
 	if c.Bounds.MaxDescriptors == 0 {
 		c.Bounds.MaxDescriptors = DefaultMaxDescriptors
+	}
+	b := &c.Bounds
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&b.MaxConnections, DefaultMaxConnections}, {&b.MaxHeaderBytes, DefaultMaxHeaderBytes}, {&b.MaxConcurrentStreams, DefaultMaxConcurrentStreams}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&b.ReadHeaderTimeout, DefaultReadHeaderTimeout}, {&b.ReadTimeout, DefaultReadTimeout}, {&b.WriteTimeout, DefaultWriteTimeout},
+		{&b.IdleTimeout, DefaultIdleTimeout}, {&b.KeepaliveMinTime, DefaultKeepaliveMinTime}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
 	}
 	if c.Listen.HTTP == "" {
 		c.Listen.HTTP = DefaultHTTP
@@ -413,54 +502,16 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 		}
 	}
 	if f, ok := fs["admin"]; ok {
-		af := r.section(f.value, "admin")
-		if v, ok := af["token"]; ok {
-			if s, ok := r.str(v.value, "admin.token"); ok {
-				if s != "" && len(s) < 16 {
-					r.errorf(v.value, "admin.token", "want a token of at least 16 characters (or none, with FLOODGATE_ADMIN_TOKEN)")
-				}
-				cfg.Admin.Token = s
-			}
-		}
+		r.admin(f.value, &cfg.Admin)
+	}
+	if f, ok := fs["clients"]; ok {
+		r.clients(f.value, &cfg.Clients)
 	}
 	if f, ok := fs["limits"]; ok {
-		lf := r.section(f.value, "limits")
-		if v, ok := lf["max_body_bytes"]; ok {
-			cfg.Bounds.MaxBodyBytes, _ = r.integer(v.value, "limits.max_body_bytes", 1024, 1<<30)
-		}
-		if v, ok := lf["max_batch"]; ok {
-			n, _ := r.integer(v.value, "limits.max_batch", 1, 100_000)
-			cfg.Bounds.MaxBatch = int(n)
-		}
-		if v, ok := lf["max_key_bytes"]; ok {
-			n, _ := r.integer(v.value, "limits.max_key_bytes", 1, 1<<20)
-			cfg.Bounds.MaxKeyBytes = int(n)
-		}
-		if v, ok := lf["max_descriptors"]; ok {
-			n, _ := r.integer(v.value, "limits.max_descriptors", 1, 10_000)
-			cfg.Bounds.MaxDescriptors = int(n)
-		}
+		r.limits(f.value, &cfg.Bounds)
 	}
 	if f, ok := fs["listen"]; ok {
-		lf := r.section(f.value, "listen")
-		get := func(k string) string {
-			if v, ok := lf[k]; ok {
-				s, _ := r.str(v.value, "listen."+k)
-				return s
-			}
-			return ""
-		}
-		cfg.Listen = Listen{HTTP: get("http"), GRPC: get("grpc"), TLSCert: get("tls_cert"), TLSKey: get("tls_key")}
-		if (cfg.Listen.TLSCert == "") != (cfg.Listen.TLSKey == "") {
-			r.errorf(f.value, "listen", "tls_cert and tls_key go together: give both or neither")
-		}
-		for _, k := range []string{"http", "grpc"} {
-			if v, ok := lf[k]; ok && get(k) != "" {
-				if err := CheckAddr(get(k), true); err != nil {
-					r.errorf(v.value, "listen."+k, "%v", err)
-				}
-			}
-		}
+		r.listen(f.value, &cfg.Listen)
 	}
 }
 

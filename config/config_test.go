@@ -82,7 +82,7 @@ policies:
   api: "gcra 10/1s"
 polices:
   web: "gcra 1/1s"
-`, []string{"f.yaml:3: polices: unknown field; allowed here: policies, store, failure, admin, limits, listen, envoy"}},
+`, []string{"f.yaml:3: polices: unknown field; allowed here: policies, store, failure, admin, clients, limits, listen, envoy"}},
 		{"unknown policy field", `
 policies:
   p:
@@ -140,9 +140,9 @@ envoy:
   shadow: true
 `, []string{
 			"f.yaml:2: failure.modus: unknown field; allowed here: mode, retry_after, breaker",
-			"f.yaml:4: admin.password: unknown field; allowed here: token",
-			"f.yaml:6: limits.max_keys: unknown field; allowed here: max_body_bytes, max_batch, max_key_bytes, max_descriptors",
-			"f.yaml:8: listen.https: unknown field; allowed here: http, grpc, tls_cert, tls_key",
+			"f.yaml:4: admin.password: unknown field; allowed here: token, token_file, allow_loopback",
+			"f.yaml:6: limits.max_keys: unknown field; allowed here: max_body_bytes, max_batch, max_key_bytes, max_descriptors, max_connections, max_header_bytes, read_header_timeout, read_timeout, write_timeout, idle_timeout, max_concurrent_streams, keepalive_min_time",
+			"f.yaml:8: listen.https: unknown field; allowed here: http, grpc, http_tls, grpc_tls, tls_cert, tls_key",
 			"f.yaml:10: envoy.shadow: unknown field; allowed here: shadow_mode, merge_domains, response_headers",
 		}},
 
@@ -406,7 +406,7 @@ failure:
 		{"admin token too short", `
 admin:
   token: hunter2
-`, []string{`f.yaml:2: admin.token: want a token of at least 16 characters (or none, with FLOODGATE_ADMIN_TOKEN)`}},
+`, []string{`f.yaml:2: admin.token: unusable token: 7 characters, want at least 16 (or no token)`}},
 		{"listen tls_cert without tls_key", `
 listen:
   http: 0.0.0.0:8080
@@ -765,8 +765,8 @@ descriptors:
 		`b.yaml:3: store.url: want redis://[user:password@]host:port[/db] or rediss:// for TLS, found "http://cache"`,
 		`b.yaml:5: failure.mode: want open, closed or fallback, found "sometimes"`,
 		`b.yaml:7: policies.api.rate: "10/1x": want a Go duration after the /, such as "1s" or "1m30s"`,
-		`b.yaml:10: admin.token: want a token of at least 16 characters (or none, with FLOODGATE_ADMIN_TOKEN)`,
-		`b.yaml:11: bogus: unknown field; allowed here: policies, store, failure, admin, limits, listen, envoy`,
+		`b.yaml:10: admin.token: unusable token: 5 characters, want at least 16 (or no token)`,
+		`b.yaml:11: bogus: unknown field; allowed here: policies, store, failure, admin, clients, limits, listen, envoy`,
 		`b.yaml:13: listen: tls_cert and tls_key go together: give both or neither`,
 		`e.yaml:1: not valid YAML: did not find expected ',' or ']'`,
 		`m.yaml:4: descriptors[0].rate_limit.unit: invalid rate limit unit "fortnight": want one of second, minute, hour, day, week, month, year (any case)`,
@@ -881,10 +881,13 @@ envoy:
 	if cfg.Failure != (Failure{Mode: failure.Closed, RetryAfter: 2 * time.Second, Breaker: wantBreaker}) || cfg.Admin.Token != "0123456789abcdef" {
 		t.Errorf("failure %+v, admin %+v", cfg.Failure, cfg.Admin)
 	}
-	if cfg.Bounds != (RequestBounds{MaxBodyBytes: DefaultMaxBodyBytes, MaxBatch: 10, MaxKeyBytes: storekit.DefaultMaxKeyLen, MaxDescriptors: DefaultMaxDescriptors}) {
+	if cfg.Bounds != (RequestBounds{MaxBodyBytes: DefaultMaxBodyBytes, MaxBatch: 10, MaxKeyBytes: storekit.DefaultMaxKeyLen, MaxDescriptors: DefaultMaxDescriptors,
+		MaxConnections: DefaultMaxConnections, MaxHeaderBytes: DefaultMaxHeaderBytes, ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout: DefaultReadTimeout, WriteTimeout: DefaultWriteTimeout, IdleTimeout: DefaultIdleTimeout,
+		MaxConcurrentStreams: DefaultMaxConcurrentStreams, KeepaliveMinTime: DefaultKeepaliveMinTime}) {
 		t.Errorf("limits: %+v", cfg.Bounds)
 	}
-	if cfg.Listen != (Listen{HTTP: "0.0.0.0:8080", GRPC: DefaultGRPC, TLSCert: "cert.pem", TLSKey: "key.pem"}) {
+	if cfg.Listen != (Listen{HTTP: "0.0.0.0:8080", GRPC: DefaultGRPC, GRPCTLS: TLS{Cert: "cert.pem", Key: "key.pem"}}) {
 		t.Errorf("listen: %+v", cfg.Listen)
 	}
 	if cfg.Envoy != (Envoy{ShadowMode: true, ResponseHeaders: true}) {

@@ -97,11 +97,19 @@ var schema = []setting{
 				value: func(c *Config) string { return duration(orDuration(c.Failure.Breaker.OpenFor, failure.DefaultOpenFor)) }},
 		}},
 	}},
-	{key: "admin", doc: "the admin endpoints (/v1/reset, /v1/keys)", children: []setting{
-		{key: "token", doc: "the bearer token they need, 16+ characters; empty: they answer only on a loopback listener; better: FLOODGATE_ADMIN_TOKEN",
+	{key: "admin", doc: "the admin endpoints: /v1/reset, /v1/keys, /v1/stats and its history", children: []setting{
+		{key: "token", doc: "the bearer token they need, 16+ characters; better: FLOODGATE_ADMIN_TOKEN or token_file. None: they answer 403, unless allow_loopback",
 			value: func(c *Config) string { return quote(c.Admin.Token) }},
+		{key: "token_file", doc: "a file holding the admin token (instead of token), read again on reload",
+			value: func(c *Config) string { return quote(c.Admin.TokenFile) }},
+		{key: "allow_loopback", doc: "without a token, answer admin requests from a loopback peer that names a loopback host (never through a proxy)",
+			value: func(c *Config) string { return strconv.FormatBool(c.Admin.AllowLoopback) }},
 	}},
-	{key: "limits", doc: "bounds on requests to the service (not rate limits)", children: []setting{
+	{key: "clients", doc: "authentication of the decision APIs (HTTP and gRPC)", children: []setting{
+		{key: "tokens_file", doc: "lines \"NAME TOKEN\": a request must carry one as a bearer token (the name labels metrics); read again when it changes. Empty: no tokens (client certificates may still authenticate)",
+			value: func(c *Config) string { return quote(c.Clients.TokensFile) }},
+	}},
+	{key: "limits", doc: "bounds on requests and connections to the service (not rate limits)", children: []setting{
 		{key: "max_body_bytes", doc: "request bodies, HTTP and gRPC: 1024 to 1073741824",
 			value: func(c *Config) string { return strconv.FormatInt(c.Bounds.MaxBodyBytes, 10) }},
 		{key: "max_batch", doc: "items per /v1/check or /v1/peek: 1 to 100000",
@@ -110,16 +118,34 @@ var schema = []setting{
 			value: func(c *Config) string { return strconv.Itoa(c.Bounds.MaxKeyBytes) }},
 		{key: "max_descriptors", doc: "descriptors per Envoy request: 1 to 10000",
 			value: func(c *Config) string { return strconv.Itoa(c.Bounds.MaxDescriptors) }},
+		{key: "max_connections", doc: "open connections per listener, 1 to 1000000; at the cap a new one replaces the idlest",
+			value: func(c *Config) string { return strconv.Itoa(c.Bounds.MaxConnections) }},
+		{key: "max_header_bytes", doc: "HTTP request headers, and gRPC metadata: 4096 to 16777216",
+			value: func(c *Config) string { return strconv.Itoa(c.Bounds.MaxHeaderBytes) }},
+		{key: "read_header_timeout", doc: "HTTP: to read a request's header, 100ms to 10m",
+			value: func(c *Config) string { return duration(c.Bounds.ReadHeaderTimeout) }},
+		{key: "read_timeout", doc: "HTTP: to read a whole request, 100ms to 1h, at least read_header_timeout",
+			value: func(c *Config) string { return duration(c.Bounds.ReadTimeout) }},
+		{key: "write_timeout", doc: "HTTP: to write a response, 100ms to 1h",
+			value: func(c *Config) string { return duration(c.Bounds.WriteTimeout) }},
+		{key: "idle_timeout", doc: "an idle connection (HTTP keep-alive, gRPC) is closed after it, 1s to 24h",
+			value: func(c *Config) string { return duration(c.Bounds.IdleTimeout) }},
+		{key: "max_concurrent_streams", doc: "gRPC: streams per connection, 1 to 1000000",
+			value: func(c *Config) string { return strconv.Itoa(c.Bounds.MaxConcurrentStreams) }},
+		{key: "keepalive_min_time", doc: "gRPC: the least time between a client's pings; a client pinging faster is closed. 1s to 1h",
+			value: func(c *Config) string { return duration(c.Bounds.KeepaliveMinTime) }},
 	}},
-	{key: "listen", doc: "the service's addresses (--http and --grpc win)", children: []setting{
+	{key: "listen", doc: "the service's addresses (--http and --grpc win) and their TLS", children: []setting{
 		{key: "http", doc: "the HTTP/JSON API, host:port; :0 picks a free port",
 			value: func(c *Config) string { return c.Listen.HTTP }},
 		{key: "grpc", doc: "Envoy's gRPC rate limit API, host:port",
 			value: func(c *Config) string { return c.Listen.GRPC }},
-		{key: "tls_cert", doc: "PEM certificate file: serve gRPC over TLS (with tls_key: both or neither)",
-			value: func(c *Config) string { return quote(c.Listen.TLSCert) }},
-		{key: "tls_key", doc: "PEM private key file of tls_cert",
-			value: func(c *Config) string { return quote(c.Listen.TLSKey) }},
+		{key: "http_tls", doc: "TLS of the HTTP listener", children: listenerTLS(func(c *Config) TLS { return c.Listen.HTTPTLS }, "HTTP")},
+		{key: "grpc_tls", doc: "TLS of the gRPC listener", children: listenerTLS(func(c *Config) TLS { return c.Listen.GRPCTLS }, "gRPC")},
+		{key: "tls_cert", doc: "the older spelling of grpc_tls.cert",
+			value: func(*Config) string { return quote("") }},
+		{key: "tls_key", doc: "the older spelling of grpc_tls.key",
+			value: func(*Config) string { return quote("") }},
 	}},
 	{key: "envoy", doc: "envoyproxy/ratelimit's settings that change answers (its environment variables)", children: []setting{
 		{key: "shadow_mode", doc: "SHADOW_MODE: statuses say OVER_LIMIT, the overall code is OK",
@@ -129,6 +155,17 @@ var schema = []setting{
 		{key: "response_headers", doc: "add the binding descriptor's RateLimit fields to response_headers_to_add",
 			value: func(c *Config) string { return strconv.FormatBool(c.Envoy.ResponseHeaders) }},
 	}},
+}
+
+func listenerTLS(get func(*Config) TLS, what string) []setting {
+	return []setting{
+		{key: "cert", doc: "PEM certificate file: serve " + what + " over TLS (with key: both or neither); read again when it changes",
+			value: func(c *Config) string { return quote(get(c).Cert) }},
+		{key: "key", doc: "its private key (PEM)",
+			value: func(c *Config) string { return quote(get(c).Key) }},
+		{key: "client_ca", doc: "PEM CA bundle: demand client certificates it signs (mutual TLS; a verified client is authenticated)",
+			value: func(c *Config) string { return quote(get(c).ClientCA) }},
+	}
 }
 
 // section returns the fields of the section at path ("" for the top

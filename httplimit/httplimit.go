@@ -344,7 +344,7 @@ func (m *middleware) decide(ctx context.Context, keys []string, results []RuleDe
 			res.Decision = d
 			blocked = blocked || !d.Allowed
 		case errors.Is(err, floodgate.ErrInvalidKey):
-			res.Err = wrapKeyError(err) // an empty or overlong key: the request's fault
+			res.Err = wrapKeyError(err) // an empty, overlong or non-UTF-8 key: the request's fault
 		default:
 			res.Err = err
 			blocked = true

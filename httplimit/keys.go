@@ -22,7 +22,8 @@ type KeyFunc func(r *http.Request) (string, error)
 
 // ErrKey is wrapped by the errors of the key functions of this package,
 // and by the error the middleware reports (Result.Err) when a KeyFunc
-// fails or returns an empty or overlong key.
+// fails or returns an empty or overlong key, or one that is not valid
+// UTF-8 (a header value with obs-text bytes, say).
 var ErrKey = errors.New("httplimit: no usable rate limit key")
 
 // keyError returns an error wrapping ErrKey that says what is wrong.

@@ -360,6 +360,7 @@ func TestKeyErrors(t *testing.T) {
 		}{
 			{"missing key", get(""), []bool{true, true}},
 			{"overlong key", func() *http.Request { r := get("too-long-key"); r.Header.Set("X-Other", "o"); return r }(), []bool{false, true}},
+			{"key not UTF-8", func() *http.Request { r := get("ok"); r.Header.Set("X-Other", "o\xff"); return r }(), []bool{true, false}},
 		} {
 			rec := do(t, h, c.req)
 			wantStatus(t, rec, want)

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -168,6 +169,11 @@ type domain struct {
 
 	mu        sync.Mutex
 	overrides map[overrideKey]*rule // at most maxOverrides, then forgotten at once
+
+	// taken are the policy names of the configuration (named policies and
+	// rules), which an override's own must not be: read-only once
+	// compiled.
+	taken map[string]string
 }
 
 type overrideKey struct {
@@ -209,7 +215,7 @@ type rule struct {
 	policy *floodgate.Policy // what decides (nil when unlimited)
 	check  *floodgate.Policy // a fixed window's "check only" twin: max+1, same state
 	fixed  bool              // an envoy-format fixed window (vs a floodgate policy)
-	label  string            // what metrics call it: the policy's name, or "<domain>.override"
+	label  string            // what metrics call it: the rule's policy's name, or "<domain>.override"
 }
 
 // compile builds the matching trees and the policies of every rule,
@@ -233,6 +239,9 @@ func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Polic
 		}
 		t.domains[d.Name] = dom
 	}
+	for _, dom := range t.domains {
+		dom.taken = names
+	}
 	return t, nil
 }
 
@@ -252,9 +261,15 @@ func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.De
 			switch {
 			case rl.Unlimited:
 			case rl.Policy != "":
+				// The named policy's parameters under the rule's own name:
+				// an Envoy rule's counters are its own, so that no other
+				// surface (/v1/check, /v1/reset of the named policy) can
+				// spend or reset them. The limit keeps the policy's name.
 				p, _ := cfg.Policy(rl.Policy)
-				r.policy = &p
 				r.limit = limitOf(&p, rl.Name)
+				p.Name = policyName(full, names, d)
+				p.Limits = slices.Clone(p.Limits)
+				r.policy = &p
 			case rl.Spec != "":
 				p, err := floodgate.ParsePolicy(policyName(full, names, d), rl.Spec)
 				if err != nil {
@@ -405,6 +420,10 @@ func (d *domain) override(l *Limit) *rule {
 		h.Write([]byte(d.name))
 		name = fmt.Sprintf("envoy-%08x.override.%s.%d", h.Sum32(), l.Unit, l.RequestsPerUnit)
 		label = fmt.Sprintf("envoy-%08x.override", h.Sum32())
+	}
+	base := name[:min(len(name), storekit.MaxNameLen-8)]
+	for i := 2; d.taken[name] != ""; i++ { // a configured policy of that name: never share its counters
+		name = fmt.Sprintf("%s-%d", base, i)
 	}
 	p, check := fixedWindows(name, l.RequestsPerUnit, l.Unit)
 	r := &rule{limit: Limit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}, policy: p, check: check, fixed: true, label: label}

@@ -22,6 +22,7 @@ import (
 	"sort"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
@@ -304,13 +305,17 @@ func (s *Service) decideItems(ctx context.Context, items []Item, peek bool) (Ver
 }
 
 // CheckKey returns what is wrong with a key, without repeating it: empty,
-// or longer than max bytes (limits.max_key_bytes).
+// longer than max bytes (limits.max_key_bytes), or not valid UTF-8 (as
+// floodgate.Limiter refuses it: JSON and protobuf strings cannot carry
+// other bytes, so no surface of the service accepts them).
 func CheckKey(key string, max int) error {
 	switch {
 	case key == "":
 		return errors.New("empty key")
 	case len(key) > max:
 		return fmt.Errorf("key of %d bytes; at most %d (limits.max_key_bytes)", len(key), max)
+	case !utf8.ValidString(key):
+		return errors.New("key is not valid UTF-8")
 	}
 	return nil
 }

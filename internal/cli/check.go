@@ -3,11 +3,13 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/internal/auth"
 )
 
 func (e *environ) check(args []string) int {
@@ -15,7 +17,10 @@ func (e *environ) check(args []string) int {
 	fs := e.flags("check", "[--config PATH]",
 		"Validates a configuration and prints the policies and Envoy rules it defines. Every\n"+
 			"problem is printed, one per line, as file:line: field: problem; the exit status is 1\n"+
-			"when there is any. Without --config (or "+EnvConfig+") it checks the built-in one.")
+			"when there is any. Without --config (or "+EnvConfig+") it checks the built-in one.\n"+
+			"It checks what serve would run: with the environment serve reads applied (listen\n"+
+			"addresses, the Redis store, the admin token), and the files the configuration names\n"+
+			"(TLS certificates, the admin token file, the client tokens file) read.")
 	fs.StringVar(&path, "config", "", "configuration `file or directory`")
 	if code := e.parse(fs, args); code >= 0 {
 		return code
@@ -26,12 +31,9 @@ func (e *environ) check(args []string) int {
 		return e.errorf("check takes one configuration, found %q", strings.Join(fs.Args(), " "))
 	}
 	path = e.env(path, EnvConfig)
-	var cfg *config.Config
-	var err error
-	if path == "" {
-		cfg, err = config.Parse(builtin()...)
-	} else {
-		cfg, err = config.Load(path)
+	cfg, err := e.loadConfig(path, serveFlags{})
+	if err == nil {
+		err = checkFiles(cfg)
 	}
 	if err != nil {
 		var es config.Errors
@@ -42,7 +44,8 @@ func (e *environ) check(args []string) int {
 			fmt.Fprintf(e.stderr, "%d problem(s): configuration refused\n", len(es))
 			return 1
 		}
-		return e.errorf("%v", err)
+		fmt.Fprintln(e.stderr, err)
+		return 1
 	}
 	w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "configuration: %s\n", strings.Join(cfg.Sources, ", "))
@@ -59,6 +62,24 @@ func (e *environ) check(args []string) int {
 		fmt.Fprint(w, ", TLS")
 	}
 	fmt.Fprintf(w, ", timeout %s, failure mode %s\n", cfg.Store.Timeout, cfg.Failure.Mode)
+	fmt.Fprintf(w, "listen: http %s (TLS %s), grpc %s (TLS %s), at most %d connections each\n",
+		cfg.Listen.HTTP, cfg.Listen.HTTPTLS, cfg.Listen.GRPC, cfg.Listen.GRPCTLS, cfg.Bounds.MaxConnections)
+	admin := "no token: admin endpoints answer 403"
+	switch {
+	case cfg.Admin.Token != "":
+		admin = "token set"
+	case cfg.Admin.AllowLoopback:
+		admin = "no token: admin endpoints answer loopback callers (admin.allow_loopback)"
+	}
+	fmt.Fprintf(w, "admin: %s\n", admin)
+	clients := "none: the decision APIs take anyone"
+	switch {
+	case cfg.Clients.TokensFile != "":
+		clients = "tokens of " + cfg.Clients.TokensFile
+	case cfg.ClientAuth():
+		clients = "client certificates"
+	}
+	fmt.Fprintf(w, "client authentication: %s\n", clients)
 	fmt.Fprintf(w, "\npolicies (%d):\n", len(cfg.Policies))
 	for _, p := range cfg.Policies {
 		fmt.Fprintf(w, "  %s\t%s\n", p.Name, p.String())
@@ -71,6 +92,23 @@ func (e *environ) check(args []string) int {
 	}
 	w.Flush()
 	return 0
+}
+
+// checkFiles reads the files a configuration names, as serve will at
+// start: each listener's TLS files and the client tokens file.
+func checkFiles(cfg *config.Config) error {
+	for _, l := range []struct {
+		name string
+		tls  config.TLS
+	}{{"listen.http_tls", cfg.Listen.HTTPTLS}, {"listen.grpc_tls", cfg.Listen.GRPCTLS}} {
+		if _, err := listenerTLS(l.tls, nil, slog.New(slog.DiscardHandler)); err != nil {
+			return fmt.Errorf("floodgate: %s: %w", l.name, err)
+		}
+	}
+	if err := (&auth.Clients{}).Load(cfg.Clients.TokensFile); err != nil {
+		return fmt.Errorf("floodgate: clients.tokens_file: %w", err)
+	}
+	return nil
 }
 
 func printRules(w *tabwriter.Writer, ds []*config.Descriptor, indent string) {

@@ -31,6 +31,7 @@ const (
 	EnvAdminToken    = "FLOODGATE_ADMIN_TOKEN"
 	EnvKeySecret     = "FLOODGATE_KEY_SECRET"
 	EnvURL           = "FLOODGATE_URL"
+	EnvToken         = "FLOODGATE_TOKEN"
 )
 
 // envVar documents one environment variable: each command's --help lists
@@ -44,15 +45,16 @@ type envVar struct {
 
 var environment = []envVar{
 	{EnvConfig, []string{"serve", "check"}, "the configuration file or directory"},
-	{EnvHTTP, []string{"serve"}, "the HTTP listen address, as --http"},
-	{EnvGRPC, []string{"serve"}, "the gRPC listen address, as --grpc"},
-	{EnvRedisURL, []string{"serve"}, "the Redis store, as --redis"},
-	{EnvRedisCluster, []string{"serve"}, "the Redis Cluster store, as --redis-cluster"},
-	{EnvRedisSentinel, []string{"serve"}, "the Redis store behind Sentinel, as --redis-sentinel"},
-	{EnvRedisPassword, []string{"serve"}, "the password of a cluster, or of the master behind sentinels"},
-	{EnvAdminToken, []string{"serve", "allow", "reset", "keys"}, "serve: the admin endpoints' bearer token (16+ characters); the others: the token to send"},
+	{EnvHTTP, []string{"serve", "check"}, "the HTTP listen address, as --http"},
+	{EnvGRPC, []string{"serve", "check"}, "the gRPC listen address, as --grpc"},
+	{EnvRedisURL, []string{"serve", "check"}, "the Redis store, as --redis"},
+	{EnvRedisCluster, []string{"serve", "check"}, "the Redis Cluster store, as --redis-cluster"},
+	{EnvRedisSentinel, []string{"serve", "check"}, "the Redis store behind Sentinel, as --redis-sentinel"},
+	{EnvRedisPassword, []string{"serve", "check"}, "the password of a cluster, or of the master behind sentinels"},
+	{EnvAdminToken, []string{"serve", "check", "allow", "reset", "keys"}, "serve, check: the admin endpoints' bearer token (16+ characters; --admin-token-file wins); the others: the admin token to send"},
+	{EnvToken, []string{"allow", "peek"}, "the client token to send, for a service with clients.tokens_file (16+ characters)"},
 	{EnvKeySecret, []string{"serve"}, "store an HMAC-SHA-256 of every key in Redis instead of the key (16+ bytes)"},
-	{EnvURL, []string{"allow", "peek", "reset", "keys", "bench"}, "the service's HTTP address (default " + defaultURL + ")"},
+	{EnvURL, []string{"allow", "peek", "reset", "keys", "bench"}, "the service's HTTP address (default " + defaultURL + "; https:// for TLS)"},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_*", []string{"serve"}, "export traces over OTLP/gRPC (OpenTelemetry's standard variables; off without them)"},
 }
 

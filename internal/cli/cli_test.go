@@ -45,7 +45,7 @@ func run(t *testing.T, env map[string]string, args ...string) (code int, stdout,
 	return code, out.String(), errOut.String()
 }
 
-func writeFile(t *testing.T, name, text string) string {
+func writeFile(t testing.TB, name, text string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -322,11 +322,18 @@ func TestAddressPrecedence(t *testing.T) {
 
 // TestServeDashboard: serve has the dashboard and its stats by default,
 // with the binary's version; --dashboard=false leaves the page out and
-// keeps /v1/stats.
+// keeps /v1/stats. /v1/stats is an admin endpoint: the dashboard sends the
+// admin token.
 func TestServeDashboard(t *testing.T) {
+	const token = "dashboard-admin-token-0123"
 	fetch := func(url string) (int, string, string) {
 		t.Helper()
-		res, err := http.Get(url)
+		req, err := http.NewRequest("GET", url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +341,8 @@ func TestServeDashboard(t *testing.T) {
 		body, _ := io.ReadAll(res.Body)
 		return res.StatusCode, res.Header.Get("Content-Type"), string(body)
 	}
-	on := "http://" + serving(t, nil)
+	env := map[string]string{cli.EnvAdminToken: token}
+	on := "http://" + serving(t, env)
 	if code, ctype, body := fetch(on + "/dashboard"); code != 200 || ctype != "text/html; charset=utf-8" || !strings.Contains(body, "dashboard/app.js") {
 		t.Errorf("GET /dashboard: %d %q\n%.200s", code, ctype, body)
 	}
@@ -351,7 +359,7 @@ func TestServeDashboard(t *testing.T) {
 		t.Errorf("GET /v1/stats: %s", body)
 	}
 
-	off := "http://" + serving(t, nil, "--dashboard=false")
+	off := "http://" + serving(t, env, "--dashboard=false")
 	if code, _, body := fetch(off + "/dashboard"); code != 404 {
 		t.Errorf("GET /dashboard with --dashboard=false: %d %s", code, body)
 	}

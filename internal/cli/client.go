@@ -3,33 +3,94 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
+
+	"github.com/floodgatehq/floodgate/config"
 )
 
 const defaultURL = "http://127.0.0.1:8080"
 
 // client flags shared by allow, peek, reset and keys.
 type clientFlags struct {
-	url, token string
-	timeout    time.Duration
+	url, token        string
+	caFile, cert, key string
+	timeout           time.Duration
+	tokenEnvs         []string // where the token comes from when --token is not given, in order
 }
 
-func (e *environ) clientFlags(name, synopsis, about string, admin bool) (*clientFlags, *flag.FlagSet) {
-	c := &clientFlags{}
+// clientFlags returns a command's flags. tokenEnvs are the variables the
+// token is read from, in order, when --token is not given: the admin
+// token for admin commands, a client's token for the decision ones.
+func (e *environ) clientFlags(name, synopsis, about string, tokenEnvs ...string) (*clientFlags, *flag.FlagSet) {
+	c := &clientFlags{tokenEnvs: tokenEnvs}
 	fs := e.flags(name, synopsis, about)
-	fs.StringVar(&c.url, "url", "", "the service's HTTP `address` (default "+defaultURL+")")
-	if admin {
-		fs.StringVar(&c.token, "token", "", "admin `token` (default from "+EnvAdminToken+")")
-	}
+	fs.StringVar(&c.url, "url", "", "the service's HTTP `address` (default "+defaultURL+"; https://… for TLS)")
+	fs.StringVar(&c.token, "token", "", "bearer `token` to send (default from "+strings.Join(tokenEnvs, ", then ")+"; 16+ characters)")
+	fs.StringVar(&c.caFile, "ca-file", "", "CA certificates (PEM `file`) to verify an https:// service with, instead of the system's")
+	fs.StringVar(&c.cert, "cert-file", "", "client certificate (PEM `file`) for a service that asks for one (mutual TLS)")
+	fs.StringVar(&c.key, "key-file", "", "the client certificate's private key (PEM `file`)")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for the service")
 	return c, fs
+}
+
+// bearer returns the token to send and where it came from, checked as the
+// service checks tokens (config.CheckToken), or "" for none.
+func (e *environ) bearer(c *clientFlags) (string, error) {
+	if c.token != "" {
+		if err := config.CheckToken(c.token); err != nil {
+			return "", fmt.Errorf("--token: %w", err)
+		}
+		return c.token, nil
+	}
+	for _, v := range c.tokenEnvs {
+		if tok := strings.TrimSpace(e.getenv(v)); tok != "" {
+			if err := config.CheckToken(tok); err != nil {
+				return "", fmt.Errorf("%s: %w", v, err)
+			}
+			return tok, nil
+		}
+	}
+	return "", nil
+}
+
+// httpClient returns the client of c's TLS flags.
+func (c *clientFlags) httpClient() (*http.Client, error) {
+	if c.caFile == "" && c.cert == "" && c.key == "" {
+		return http.DefaultClient, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.caFile != "" {
+		data, err := os.ReadFile(c.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(data) {
+			return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", c.caFile)
+		}
+	}
+	if (c.cert == "") != (c.key == "") {
+		return nil, errors.New("--cert-file and --key-file go together")
+	}
+	if c.cert != "" {
+		pair, err := tls.LoadX509KeyPair(c.cert, c.key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert-file, --key-file: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, Proxy: http.ProxyFromEnvironment}}, nil
 }
 
 // do sends one request to the service and decodes its JSON answer.
@@ -40,6 +101,14 @@ func (e *environ) do(c *clientFlags, method, path string, body any, out any) (in
 	}
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
+	}
+	token, err := e.bearer(c)
+	if err != nil {
+		return 0, err
+	}
+	client, err := c.httpClient()
+	if err != nil {
+		return 0, err
 	}
 	var rd io.Reader
 	if body != nil {
@@ -56,10 +125,10 @@ func (e *environ) do(c *clientFlags, method, path string, body any, out any) (in
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if token := e.env(c.token, EnvAdminToken); token != "" {
+	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("cannot reach the service at %s: %w (is floodgate serve running? --url or %s)", base, err, EnvURL)
 	}
@@ -94,7 +163,11 @@ func (e *environ) decide(cmd string, args []string) int {
 		about = "Asks a running service what a request would get, recording nothing.\n" +
 			"Prints the decision; the exit status is 0 when it would pass, 3 when not."
 	}
-	c, fs := e.clientFlags(cmd, "[flags] POLICY KEY", about, cmd == "allow")
+	envs := []string{EnvToken}
+	if cmd == "allow" {
+		envs = append(envs, EnvAdminToken) // --cost -1 resets first, an admin action
+	}
+	c, fs := e.clientFlags(cmd, "[flags] POLICY KEY", about, envs...)
 	cost := fs.Int64("cost", 1, "the request's `cost`")
 	if code := e.parse(fs, args); code >= 0 {
 		return code
@@ -151,7 +224,7 @@ func (e *environ) decide(cmd string, args []string) int {
 }
 
 func (e *environ) reset(args []string) int {
-	c, fs := e.clientFlags("reset", "[flags] POLICY KEY", "Asks a running service to forget KEY's state under POLICY (an admin action).", true)
+	c, fs := e.clientFlags("reset", "[flags] POLICY KEY", "Asks a running service to forget KEY's state under POLICY (an admin action).", EnvAdminToken)
 	if code := e.parse(fs, args); code >= 0 {
 		return code
 	}
@@ -166,7 +239,7 @@ func (e *environ) reset(args []string) int {
 }
 
 func (e *environ) keys(args []string) int {
-	c, fs := e.clientFlags("keys", "[flags] POLICY", "Lists the top keys of a policy that tracks usage (track: true), an admin action.", true)
+	c, fs := e.clientFlags("keys", "[flags] POLICY", "Lists the top keys of a policy that tracks usage (track: true), an admin action.", EnvAdminToken)
 	sort := fs.String("sort", "requests", "sort `order`: requests, denied or last_seen")
 	limit := fs.Int("limit", 20, "how many `keys`")
 	if code := e.parse(fs, args); code >= 0 {

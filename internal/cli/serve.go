@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,14 +27,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/internal/auth"
 	"github.com/floodgatehq/floodgate/internal/buildinfo"
+	"github.com/floodgatehq/floodgate/internal/connlimit"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/internal/tracing"
 	"github.com/floodgatehq/floodgate/memstore"
@@ -58,6 +58,7 @@ type serveFlags struct {
 	dashboard                                                 bool
 	accessLogSample                                           float64
 	debugAddr                                                 string
+	adminTokenFile                                            string
 }
 
 // serveFlagSet returns serve's flags, set into f (docs/operations.md's
@@ -67,10 +68,15 @@ func (e *environ) serveFlagSet(f *serveFlags) *flag.FlagSet {
 		"Runs the rate limit service: the HTTP/JSON API and Envoy's gRPC rate limit API.\n"+
 			"With no flags: the memory store, HTTP on 127.0.0.1:8080, gRPC on 127.0.0.1:8081, and a\n"+
 			"small built-in set of example policies. --redis, --redis-cluster or --redis-sentinel\n"+
-			"share state between replicas. SIGHUP, or a change of the configuration files, reloads\n"+
-			"the configuration (an invalid one is refused and the old one kept); SIGTERM turns\n"+
-			"/readyz to 503, keeps serving for --shutdown-delay, then drains requests in flight\n"+
-			"and stops.")
+			"share state between replicas. SIGHUP, or a change of the configuration files (or of\n"+
+			"the token files they name), reloads the configuration (an invalid one is refused and\n"+
+			"the old one kept); SIGTERM turns /readyz to 503, keeps serving for --shutdown-delay,\n"+
+			"then drains requests in flight and stops.\n\n"+
+			"Admin endpoints (/v1/reset, /v1/keys, /v1/stats) need the admin token; with none they\n"+
+			"answer 403 (admin.allow_loopback: true opens them to loopback callers). The decision\n"+
+			"APIs take anyone unless clients.tokens_file or a listener's client_ca is set; serve\n"+
+			"warns at start about every listener beyond loopback that takes anyone or has no TLS\n"+
+			"(listen.http_tls, listen.grpc_tls). docs/operations.md, Security, says what to set.")
 	fs.StringVar(&f.config, "config", "", "configuration `file or directory` (YAML; Envoy domain files load as they are)")
 	fs.StringVar(&f.http, "http", "", "HTTP listen `address` (default from the configuration, else 127.0.0.1:8080)")
 	fs.StringVar(&f.grpc, "grpc", "", "gRPC listen `address` (default from the configuration, else 127.0.0.1:8081)")
@@ -87,6 +93,7 @@ func (e *environ) serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve net/http/pprof on this `address` (off by default; keep it on loopback)")
 	fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, answer /readyz with 503 (gRPC health NOT_SERVING) at once but keep serving\nfor this long before draining, so that load balancers stop sending first (Kubernetes: the time\nendpoints take to drop the pod)")
 	fs.BoolVar(&f.dashboard, "dashboard", true, "serve the live dashboard at /dashboard on the HTTP listener (--dashboard=false: leave it out)")
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "read the admin token from this `file` (16+ characters; re-read when it changes)")
 	return fs
 }
 
@@ -174,8 +181,16 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 	if v := e.getenv(EnvRedisPassword); v != "" {
 		cfg.Store.Password = v
 	}
-	if v := e.getenv(EnvAdminToken); v != "" {
-		cfg.Admin.Token = v
+	if err := e.adminToken(cfg, f); err != nil {
+		return nil, err
+	}
+	for _, l := range []struct{ addr, source string }{
+		{cfg.Listen.HTTP, "HTTP listen address (--http, " + EnvHTTP + ", listen.http)"},
+		{cfg.Listen.GRPC, "gRPC listen address (--grpc, " + EnvGRPC + ", listen.grpc)"},
+	} {
+		if err := config.CheckAddr(l.addr, true); err != nil {
+			return nil, fmt.Errorf("floodgate: %s: %w", l.source, err)
+		}
 	}
 	if v := e.getenv(EnvKeySecret); v != "" {
 		if len(v) < 16 {
@@ -184,6 +199,38 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 		cfg.Store.HashKeysSecret = v
 	}
 	return cfg, nil
+}
+
+// adminToken settles the admin token: from --admin-token-file, else
+// FLOODGATE_ADMIN_TOKEN, else the configuration's admin.token_file or
+// admin.token (flags win over the environment, which wins over the file).
+// Every source goes through the same validation, config.CheckToken.
+func (e *environ) adminToken(cfg *config.Config, f serveFlags) error {
+	file, source := cfg.Admin.TokenFile, "admin.token_file"
+	env := strings.TrimSpace(e.getenv(EnvAdminToken))
+	switch {
+	case f.adminTokenFile != "":
+		file, source = f.adminTokenFile, "--admin-token-file"
+	case env != "":
+		if err := config.CheckToken(env); err != nil {
+			return fmt.Errorf("floodgate: %s: %w", EnvAdminToken, err)
+		}
+		cfg.Admin.Token, cfg.Admin.TokenFile = env, ""
+		return nil
+	}
+	if file == "" {
+		return nil // admin.token, checked when the file was read, or none
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("floodgate: %s: %w", source, err)
+	}
+	tok := strings.TrimSpace(string(data))
+	if err := config.CheckToken(tok); err != nil {
+		return fmt.Errorf("floodgate: %s %s: %w", source, file, err)
+	}
+	cfg.Admin.Token, cfg.Admin.TokenFile = tok, file
+	return nil
 }
 
 // checkAddrs reports what is wrong with the addresses of a flag.
@@ -281,47 +328,57 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		return e.errorf("%v", err)
 	}
 
-	httpLn, err := net.Listen("tcp", cfg.Listen.HTTP)
+	httpTLS, err := listenerTLS(cfg.Listen.HTTPTLS, httpProtos, log)
+	if err != nil {
+		return e.errorf("HTTP TLS (listen.http_tls): %v", err)
+	}
+	grpcTLS, err := listenerTLS(cfg.Listen.GRPCTLS, grpcProtos, log)
+	if err != nil {
+		return e.errorf("gRPC TLS (listen.grpc_tls): %v", err)
+	}
+	clients := &auth.Clients{}
+	if err := clients.Load(cfg.Clients.TokensFile); err != nil {
+		return e.errorf("clients.tokens_file: %v", err)
+	}
+	if w := fdWarning(cfg); w != "" {
+		log.Warn(w)
+	}
+	httpLn, err := listen(cfg.Listen.HTTP, cfg)
 	if err != nil {
 		return e.errorf("HTTP: %v (choose another address with --http or %s)", err, EnvHTTP)
 	}
-	grpcLn, err := net.Listen("tcp", cfg.Listen.GRPC)
+	grpcLn, err := listen(cfg.Listen.GRPC, cfg)
 	if err != nil {
 		httpLn.Close()
 		return e.errorf("gRPC: %v (choose another address with --grpc or %s)", err, EnvGRPC)
 	}
+	for name, ln := range map[string]*connlimit.Listener{"http": httpLn, "grpc": grpcLn} {
+		if err := metrics.Listener(name, ln); err != nil {
+			httpLn.Close()
+			grpcLn.Close()
+			return e.errorf("metrics: %v", err)
+		}
+	}
 	var handler http.Handler = httpapi.Handler(svc, httpapi.Options{
-		AdminToken: cfg.Admin.Token,
-		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		EnvoyJSON:  envoyrls.JSONHandler(eng, cfg.Bounds.MaxBodyBytes),
-		Envoy:      eng,
-		Logger:     log,
-		Stats:      metrics.Snapshot,
-		Version:    Version(),
-		Dashboard:  f.dashboard,
-		Requests:   metrics,
-		Access:     reqlog.AccessLog{Logger: log, Sample: f.accessLogSample},
+		Clients:   clients,
+		Auth:      metrics,
+		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		EnvoyJSON: envoyrls.JSONHandler(eng, cfg.Bounds.MaxBodyBytes),
+		Envoy:     eng,
+		Logger:    log,
+		Stats:     metrics.Snapshot,
+		Version:   Version(),
+		Dashboard: f.dashboard,
+		Requests:  metrics,
+		Access:    reqlog.AccessLog{Logger: log, Sample: f.accessLogSample},
 	})
 	var unready atomic.Bool // set on SIGTERM: /readyz answers 503 from then on
 	handler = readyzUnless(&unready, handler)
-	httpSrv := &http.Server{
-		Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	gopts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(cfg.Bounds.MaxBodyBytes)),
-		grpc.ChainUnaryInterceptor(envoyrls.Interceptor(metrics, reqlog.AccessLog{Logger: log, Sample: f.accessLogSample})),
-	}
-	if cfg.Listen.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.Listen.TLSCert, cfg.Listen.TLSKey)
-		if err != nil {
-			httpLn.Close()
-			grpcLn.Close()
-			return e.errorf("gRPC TLS: %v", err)
-		}
-		gopts = append(gopts, grpc.Creds(credentials.NewServerTLSFromCert(&cert)))
-	}
+	httpSrv := newHTTPServer(cfg, handler, httpTLS, log)
+	gopts := append(grpcOptions(cfg, grpcTLS), grpc.ChainUnaryInterceptor(
+		envoyrls.Interceptor(metrics, reqlog.AccessLog{Logger: log, Sample: f.accessLogSample}),
+		envoyrls.Authenticate(clients, func() string { return svc.Config().Admin.Token }, metrics),
+	))
 	grpcSrv := grpc.NewServer(gopts...)
 	envoyrls.Register(grpcSrv, eng)
 	healthSrv := health.NewServer()
@@ -332,7 +389,11 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := httpSrv.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := httpSrv.Serve
+		if httpTLS != nil {
+			serve = func(ln net.Listener) error { return httpSrv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("HTTP: %w", err)
 		}
 	}()
@@ -344,8 +405,17 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	}()
 
 	log.Info("floodgate serving", "version", Version(), "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(),
-		"store", cfg.Store.Type, "policies", len(cfg.Policies), "domains", len(cfg.Domains), "config", configName(path))
-	if len(cfg.Policies) > 0 {
+		"store", cfg.Store.Type, "policies", len(cfg.Policies), "domains", len(cfg.Domains), "config", configName(path),
+		"http_tls", cfg.Listen.HTTPTLS.String(), "grpc_tls", cfg.Listen.GRPCTLS.String(), "clients", len(clients.Names()),
+		"admin", adminMode(cfg.Admin), "max_connections", cfg.Bounds.MaxConnections)
+	for _, w := range exposureWarnings(cfg, httpLn.Addr(), grpcLn.Addr()) {
+		log.Warn(w)
+	}
+	scheme := "http"
+	if httpTLS != nil {
+		scheme = "https"
+	}
+	if len(cfg.Policies) > 0 && !cfg.ClientAuth() && httpTLS == nil {
 		try := fmt.Sprintf(`curl -d '{"policy":"%s","key":"alice"}' http://%s/v1/check`, cfg.Policies[0].Name, httpLn.Addr())
 		if f.logFormat == "json" {
 			log.Info("try it", "command", try)
@@ -356,7 +426,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		}
 	}
 	if f.dashboard {
-		log.Info("dashboard", "url", fmt.Sprintf("http://%s/dashboard", httpLn.Addr()))
+		log.Info("dashboard", "url", fmt.Sprintf("%s://%s/dashboard", scheme, httpLn.Addr()))
 	}
 
 	ctx, stop := context.WithCancel(e.ctx)
@@ -369,7 +439,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		log.Info("debug listener: net/http/pprof", "addr", dbg)
 	}
 	go watchHealth(ctx, svc, healthSrv)
-	go e.reloads(ctx, svc, eng, path, f, log)
+	go e.reloads(ctx, svc, eng, clients, path, f, log)
 
 	select {
 	case <-ctx.Done():
@@ -408,6 +478,17 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	return 0
 }
 
+// adminMode says how the admin endpoints are guarded, for the start line.
+func adminMode(a config.Admin) string {
+	switch {
+	case a.Token != "":
+		return "token"
+	case a.AllowLoopback:
+		return "loopback"
+	}
+	return "off"
+}
+
 func configName(path string) string {
 	if path == "" {
 		return "built-in examples"
@@ -434,18 +515,33 @@ func watchHealth(ctx context.Context, svc *service.Service, h *health.Server) {
 	}
 }
 
-// reloads reloads the configuration on SIGHUP and when its files change.
-func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.Engine, path string, f serveFlags, log *slog.Logger) {
+// reloads reloads the configuration on SIGHUP and when its files change:
+// the configuration's, the admin token file's and the client tokens
+// file's.
+func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.Engine, clients *auth.Clients, path string, f serveFlags, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	watched := func() []string {
+		var files []string
+		if path != "" {
+			files = append(files, path)
+		}
+		cfg := svc.Config()
+		for _, p := range []string{cfg.Admin.TokenFile, cfg.Clients.TokensFile} {
+			if p != "" {
+				files = append(files, p)
+			}
+		}
+		return files
+	}
 	var tick <-chan time.Time
 	last := ""
-	if path != "" && f.watch > 0 {
+	if f.watch > 0 {
 		t := time.NewTicker(f.watch)
 		defer t.Stop()
 		tick = t.C
-		last = fingerprint(path)
+		last = fingerprint(watched()...)
 	}
 	for {
 		why := ""
@@ -455,16 +551,16 @@ func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.En
 		case <-hup:
 			why = "SIGHUP"
 			if tick != nil {
-				last = fingerprint(path) // the change SIGHUP applies is not one to apply again
+				last = fingerprint(watched()...) // the change SIGHUP applies is not one to apply again
 			}
 		case <-tick:
-			fp := fingerprint(path)
+			fp := fingerprint(watched()...)
 			if fp == last {
 				continue
 			}
 			last, why = fp, "files changed"
 		}
-		if path == "" {
+		if len(watched()) == 0 {
 			log.Info("reload requested; the built-in configuration does not change", "reason", why)
 			continue
 		}
@@ -488,6 +584,11 @@ func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.En
 			err = checkNewStore(ctx, cfg, log)
 		}
 		if err == nil {
+			if err = clients.Load(cfg.Clients.TokensFile); err != nil {
+				err = fmt.Errorf("clients.tokens_file: %w", err)
+			}
+		}
+		if err == nil {
 			err = svc.Reload(cfg)
 		} else {
 			svc.ReloadFailed()
@@ -497,8 +598,18 @@ func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.En
 			continue
 		}
 		eng.Swap(table)
-		log.Info("configuration reloaded", append([]any{"reason", why}, reloadSummary(before, cfg)...)...)
+		if before.Listen != cfg.Listen || connBounds(before.Bounds) != connBounds(cfg.Bounds) {
+			log.Warn("the listen section or the connection limits changed; they take effect at the next start")
+		}
+		log.Info("configuration reloaded", append([]any{"reason", why, "clients", len(clients.Names()), "admin", adminMode(cfg.Admin)},
+			reloadSummary(before, cfg)...)...)
 	}
+}
+
+// connBounds are the bounds fixed when the listeners start.
+func connBounds(b config.RequestBounds) config.RequestBounds {
+	b.MaxBatch, b.MaxKeyBytes, b.MaxDescriptors = 0, 0, 0
+	return b
 }
 
 // storeChanged reports whether a reload changes the store's settings,
@@ -528,27 +639,30 @@ func checkNewStore(ctx context.Context, cfg *config.Config, log *slog.Logger) er
 	return nil
 }
 
-// fingerprint is a hash of the configuration files' names and contents:
-// it changes whenever a file is added, removed, edited, or swapped behind
-// a symlink (as Kubernetes updates ConfigMaps).
-func fingerprint(path string) string {
+// fingerprint is a hash of the files' names and contents (a directory's
+// files, for a directory): it changes whenever a file is added, removed,
+// edited, or swapped behind a symlink (as Kubernetes updates ConfigMaps
+// and Secrets).
+func fingerprint(paths ...string) string {
 	h := sha256.New()
-	var files []string
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		filepath.WalkDir(path, func(p string, d os.DirEntry, err error) error {
-			if err == nil && !d.IsDir() {
-				files = append(files, p)
-			}
-			return nil
-		})
-	} else {
-		files = []string{path}
-	}
-	sort.Strings(files)
-	for _, p := range files {
-		data, err := os.ReadFile(p)
-		fmt.Fprintf(h, "%s\x00%d\x00%v\x00", p, len(data), err != nil)
-		h.Write(data)
+	for _, path := range paths {
+		var files []string
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			filepath.WalkDir(path, func(p string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					files = append(files, p)
+				}
+				return nil
+			})
+		} else {
+			files = []string{path}
+		}
+		sort.Strings(files)
+		for _, p := range files {
+			data, err := os.ReadFile(p)
+			fmt.Fprintf(h, "%s\x00%d\x00%v\x00", p, len(data), err != nil)
+			h.Write(data)
+		}
 	}
 	return string(h.Sum(nil))
 }

@@ -41,6 +41,10 @@ type Metrics struct {
 	mode       *prometheus.GaugeVec
 	build      *prometheus.GaugeVec
 	memory     *memoryCollector
+	clients    *prometheus.CounterVec
+	refused    *prometheus.CounterVec
+
+	reg prometheus.Registerer // for the listeners' gauges, registered later
 }
 
 // The label names of each vector, in order: Snapshot reads them back.
@@ -52,12 +56,23 @@ var (
 	reloadLabels   = []string{"result"}
 	requestLabels  = []string{"transport", "endpoint", "code"}
 	latencyLabels  = []string{"transport", "endpoint"}
+	clientLabels   = []string{"transport", "client"}
+	refusedLabels  = []string{"transport", "surface", "reason"}
 )
 
 // New registers floodgate's metrics on reg and returns their observer. It
 // fails if reg already has metrics of the same names.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
+		reg: reg,
+		clients: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_client_requests_total",
+			Help: "Decision requests of authenticated clients, by transport and client: a name of the tokens file, mtls for a client certificate alone, admin for the admin token.",
+		}, clientLabels),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_auth_refused_total",
+			Help: "Requests refused for their credentials, by transport, surface (client: the decision APIs; admin) and reason (missing, invalid, disabled, cross_origin).",
+		}, refusedLabels),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",
 			Help: "Decisions made, by policy and verdict (allowed or denied). Shadow-mode denials count as denied here and in floodgate_shadow_denials_total.",
@@ -131,7 +146,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.memory = newMemoryCollector()
 	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads,
-		m.lastReload, m.lastTry, m.lastOK, m.breaker, m.requests, m.latency, m.unknownPol, m.unknownDom, m.mode, m.build, m.memory} {
+		m.lastReload, m.lastTry, m.lastOK, m.breaker, m.requests, m.latency, m.unknownPol, m.unknownDom, m.mode, m.build,
+		m.memory, m.clients, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -204,6 +220,50 @@ func nodeLabel(node string) string {
 func (m *Metrics) Request(transport, endpoint, code string, took time.Duration) {
 	m.requests.WithLabelValues(transport, endpoint, code).Inc()
 	m.latency.WithLabelValues(transport, endpoint).Observe(took.Seconds())
+}
+
+// ClientRequest counts a decision request of an authenticated client
+// (auth.Observer). client comes from the tokens file, a bounded set.
+func (m *Metrics) ClientRequest(transport, client string) {
+	m.clients.WithLabelValues(transport, client).Inc()
+}
+
+// AuthRefused counts a request refused for its credentials
+// (auth.Observer).
+func (m *Metrics) AuthRefused(transport, surface, reason string) {
+	m.refused.WithLabelValues(transport, surface, reason).Inc()
+}
+
+// ConnStats are a capped listener's figures (internal/connlimit's
+// Listener has them).
+type ConnStats interface {
+	Open() int
+	Max() int
+	Evicted() uint64
+	Refused() uint64
+}
+
+// Listener exports a capped listener's figures, labelled listener=name
+// ("http", "grpc"): floodgate_connections_open, _max, and the
+// connections evicted and refused at the cap. It fails if a listener of
+// that name is exported already.
+func (m *Metrics) Listener(name string, s ConnStats) error {
+	labels := prometheus.Labels{"listener": name}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_connections_open", ConstLabels: labels,
+			Help: "Connections the listener holds open."}, func() float64 { return float64(s.Open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "floodgate_connections_max", ConstLabels: labels,
+			Help: "The cap on the listener's open connections (limits.max_connections)."}, func() float64 { return float64(s.Max()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "floodgate_connections_evicted_total", ConstLabels: labels,
+			Help: "Idle connections closed at the cap to make room for a new one."}, func() float64 { return float64(s.Evicted()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "floodgate_connections_refused_total", ConstLabels: labels,
+			Help: "New connections closed at the cap because no open one was idle."}, func() float64 { return float64(s.Refused()) }),
+	} {
+		if err := m.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // UnknownPolicy counts a request naming no configured policy.

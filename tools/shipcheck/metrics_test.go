@@ -83,6 +83,8 @@ func telemetryFamilies(t *testing.T) map[string]dto.MetricType {
 	m.OverLimitCacheHit("p")
 	m.Reload(true)
 	m.Reload(false)
+	m.ClientRequest("grpc", "envoy")
+	m.AuthRefused("http", "admin", "missing")
 	described := map[string]bool{}
 	for _, c := range reg.collectors {
 		ch := make(chan *prometheus.Desc, 16)

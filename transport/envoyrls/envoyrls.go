@@ -7,11 +7,14 @@ package envoyrls
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -33,10 +36,13 @@ type Server struct {
 	eng *rls.Engine
 }
 
-// Register registers the rate limit service of eng on s.
+// Register registers the rate limit service of eng on s. The service is
+// go-control-plane's, with one difference: a request whose strings are not
+// valid UTF-8 is InvalidArgument naming the field, not the Internal error
+// protobuf decoding would give (see serviceDesc).
 func Register(s *grpc.Server, eng *rls.Engine) *Server {
 	srv := &Server{eng: eng}
-	rlsv3.RegisterRateLimitServiceServer(s, srv)
+	s.RegisterService(&serviceDesc, srv)
 	return srv
 }
 
@@ -56,17 +62,19 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return ToProto(resp), nil
 }
 
+// grpcError is the status of an error of the engine. Only a request
+// error's message is passed on: others may hold a store's address.
 func grpcError(err error) error {
 	var re *service.RequestError
 	switch {
 	case errors.As(err, &re):
 		return status.Error(codes.InvalidArgument, re.Error())
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		return status.Error(codes.Canceled, "canceled")
 	}
-	return status.Error(codes.Unavailable, err.Error())
+	return status.Error(codes.Unavailable, "the store is unavailable; try again")
 }
 
 // The units of config are numbered as the proto's, so that converting one
@@ -83,7 +91,8 @@ var (
 )
 
 // FromProto converts an RLS request. It refuses what floodgate does not
-// decide: negative hits.
+// decide: negative hits, and entries that are not valid UTF-8 (decoded
+// requests cannot hold them; a request built in Go can).
 func FromProto(req *rlsv3.RateLimitRequest) (rls.Request, error) {
 	out := rls.Request{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
 	for i, d := range req.GetDescriptors() {
@@ -92,6 +101,12 @@ func FromProto(req *rlsv3.RateLimitRequest) (rls.Request, error) {
 		}
 		sd := rls.Descriptor{Entries: make([]rls.Entry, len(d.GetEntries()))}
 		for j, e := range d.GetEntries() {
+			if !utf8.ValidString(e.GetKey()) {
+				return rls.Request{}, fmt.Errorf("descriptors[%d].entries[%d].key: not valid UTF-8", i, j)
+			}
+			if !utf8.ValidString(e.GetValue()) {
+				return rls.Request{}, fmt.Errorf("descriptors[%d].entries[%d].value: not valid UTF-8", i, j)
+			}
 			sd.Entries[j] = rls.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 		if l := d.GetLimit(); l != nil {
@@ -143,13 +158,21 @@ func code(c rls.Code) rlsv3.RateLimitResponse_Code {
 // RateLimitRequest in protobuf's JSON form, answered with the
 // RateLimitResponse in the same form; 200, or 429 when the overall code is
 // OVER_LIMIT. A malformed or refused request gets 400 with a JSON error
-// naming the problem; a body over maxBody bytes 413.
+// naming the problem; a body over maxBody bytes 413; a Content-Type other
+// than JSON (none, and the form type curl -d sends, are taken, as on
+// /v1/check) 415. Every error body is a JSON object, whatever the input.
 func JSONHandler(eng *rls.Engine, maxBody int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			jsonError(w, http.StatusMethodNotAllowed, "method_not_allowed", "/json takes POST")
 			return
+		}
+		if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/x-www-form-urlencoded") {
+			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+				jsonError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", fmt.Sprintf("Content-Type %q: send application/json", clip(ct)))
+				return
+			}
 		}
 		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		if err != nil {
@@ -158,7 +181,9 @@ func JSONHandler(eng *rls.Engine, maxBody int64) http.Handler {
 				jsonError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body over %d bytes (limits.max_body_bytes)", mbe.Limit))
 				return
 			}
-			jsonError(w, http.StatusBadRequest, "unreadable_body", err.Error())
+			// The error of a connection names its addresses: not for the
+			// client.
+			jsonError(w, http.StatusBadRequest, "unreadable_body", "the request body could not be read to its end")
 			return
 		}
 		req, err := DecodeJSON(data)
@@ -173,7 +198,7 @@ func JSONHandler(eng *rls.Engine, maxBody int64) http.Handler {
 				jsonError(w, http.StatusBadRequest, re.Code, re.Error())
 				return
 			}
-			jsonError(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+			jsonError(w, http.StatusServiceUnavailable, "store_unavailable", "the store is unavailable; try again")
 			return
 		}
 		body, err := protojson.Marshal(ToProto(resp))
@@ -208,10 +233,27 @@ func DecodeJSON(data []byte) (rls.Request, error) {
 	return FromProto(&pr)
 }
 
+// jsonError answers an error as {"error": {"code", "message"}}, encoded
+// by encoding/json: valid JSON whatever bytes the message quotes (invalid
+// UTF-8 becomes U+FFFD, control characters are escaped).
 func jsonError(w http.ResponseWriter, status int, code, msg string) {
+	type body struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	fmt.Fprintf(w, "{\"error\":{\"code\":%q,\"message\":%q}}\n", code, msg)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]body{"error": {Code: code, Message: msg}})
+}
+
+// clip shortens client input quoted in an error.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // Interface guard.

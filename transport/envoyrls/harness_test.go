@@ -46,10 +46,11 @@ import (
 var t0 = time.Unix(1714825800, 0)
 
 type harness struct {
-	clock  *floodgatetest.ManualClock
-	svc    *service.Service
-	client rlsv3.RateLimitServiceClient
-	url    string // the /json endpoint
+	clock    *floodgatetest.ManualClock
+	svc      *service.Service
+	client   rlsv3.RateLimitServiceClient
+	url      string // the /json endpoint
+	grpcAddr string
 }
 
 // newHarness starts a service on the given configuration sources: file
@@ -94,7 +95,7 @@ func newHarness(t testing.TB, sources ...string) *harness {
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 
-	return &harness{clock: clock, svc: svc, client: rlsv3.NewRateLimitServiceClient(conn), url: hs.URL + "/json"}
+	return &harness{clock: clock, svc: svc, client: rlsv3.NewRateLimitServiceClient(conn), url: hs.URL + "/json", grpcAddr: lis.Addr().String()}
 }
 
 func sourcesOf(t testing.TB, sources ...string) []config.Source {

@@ -11,6 +11,7 @@ func get(t *testing.T, api *statsAPI, method, path string) *httptest.ResponseRec
 	t.Helper()
 	r := httptest.NewRequest(method, path, nil)
 	r.RemoteAddr = "203.0.113.7:5555"
+	r.Header.Set("Authorization", "Bearer "+testToken) // /v1/stats is an admin endpoint
 	w := httptest.NewRecorder()
 	api.h.ServeHTTP(w, r)
 	return w

@@ -7,12 +7,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeCheck drives the decoder of /v1/check and /v1/peek bodies: it
 // never panics; what it accepts names a policy and costs at least 1 for
-// every item; what it refuses is a 4xx with a code, and only body_too_large
-// is a 413.
+// every item, with a key that is the body's own Unicode (invalid UTF-8 is
+// refused, never replaced); what it refuses is a 4xx with a code, and only
+// body_too_large is a 413.
 func FuzzDecodeCheck(f *testing.F) {
 	for _, s := range []string{
 		`{"policy":"api","key":"k"}`,
@@ -45,6 +47,12 @@ func FuzzDecodeCheck(f *testing.F) {
 		`{"requests":{"policy":"api"}}`,
 		`{"key":"k","cost":3}`,
 		`{"policy":"\u0000\ud800","key":"\xff"}`,
+		"{\"policy\":\"api\",\"key\":\"a\xffb\"}",
+		`{"policy":"api","key":"\udc00"}`,
+		`{"policy":"api","key":"\ud83d\ude00"}`,
+		`{"policy":"api","key":"\ud83dx"}`,
+		`{"policy":"api","key":"\\ud800"}`,
+		`{"policy":"api","key":"\ufffd"}`,
 		`{"policy":"api","key":"k","POLICY":"other"}`,
 		`{"policy":"api",`,
 		`{"requests":[{"policy":"api","key":"a"},`,
@@ -69,6 +77,12 @@ func FuzzDecodeCheck(f *testing.F) {
 			}
 			if it.Cost < 1 {
 				t.Errorf("item %d accepted with cost %d: %+v", i, it.Cost, it)
+			}
+			// A key is the body's Unicode, never a replacement of bytes
+			// that were not: U+FFFD only where the body wrote it.
+			if !utf8.ValidString(it.Key) || strings.ContainsRune(it.Key, utf8.RuneError) &&
+				!bytes.ContainsRune(body, utf8.RuneError) && !bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`)) {
+				t.Errorf("item %d accepted with a key the body did not hold: %q", i, it.Key)
 			}
 		}
 		// Through a body limit, the answer is the same unless the limit cut

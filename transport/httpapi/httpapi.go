@@ -6,12 +6,20 @@
 //	GET  /v1/policies  the named policies and Envoy domains
 //	POST /v1/envoy/rule the rule of an Envoy domain a descriptor meets
 //	GET  /v1/keys      a tracked policy's top keys (admin)
-//	GET  /v1/stats     counters and state for the dashboard (when Stats is given)
+//	GET  /v1/stats     counters and state for the dashboard (admin; when Stats is given)
 //	GET  /dashboard    a live dashboard page over /v1/stats (when enabled)
 //	POST /json         envoyproxy/ratelimit's JSON form of the RLS request (when given)
 //	GET  /healthz      the process is up
 //	GET  /readyz       a configuration is loaded and the store answers
 //	GET  /metrics      Prometheus metrics (when a handler is given)
+//
+// Admin endpoints need the admin token of the configuration in force
+// (admin.allow_loopback opens them to loopback callers when there is
+// none), and refuse cross-origin browser requests. With client
+// authentication on (Options.Clients, or client certificates on the
+// listener), the decision endpoints — check, peek, policies, envoy/rule
+// and /json — need a client's token or certificate. No POST is taken from
+// a cross-origin browser page (http.CrossOriginProtection).
 //
 // Every error is a JSON object {"error": {"code", "message", "field"}}
 // with a 4xx status for a bad request; docs/operations.md lists them.
@@ -20,14 +28,12 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
-	"net"
 	"net/http"
 	"reflect"
 	"slices"
@@ -37,6 +43,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/internal/auth"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/rlheader"
 	"github.com/floodgatehq/floodgate/rls"
@@ -45,11 +52,16 @@ import (
 	"github.com/floodgatehq/floodgate/usage"
 )
 
-// Options configures the API.
+// Options configures the API. The admin token and admin.allow_loopback
+// are the service's configuration in force (config.Admin).
 type Options struct {
-	// AdminToken is the bearer token of the admin endpoints. Empty means
-	// they answer only requests from a loopback address.
-	AdminToken string
+	// Clients are the named tokens of the decision endpoints; nil, or
+	// none loaded, leaves client authentication to the listener's client
+	// certificates, if any.
+	Clients *auth.Clients
+	// Auth receives the outcome of the credential checks, for metrics;
+	// nil means none.
+	Auth auth.Observer
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
 	// EnvoyJSON serves /json (envoyrls.JSONHandler); nil leaves it out.
@@ -82,21 +94,21 @@ func Handler(svc *service.Service, o Options) http.Handler {
 		a.log = slog.Default()
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/check", a.method(http.MethodPost, a.check))
-	mux.HandleFunc("/v1/peek", a.method(http.MethodPost, a.peek))
+	mux.HandleFunc("/v1/check", a.method(http.MethodPost, a.client(a.check)))
+	mux.HandleFunc("/v1/peek", a.method(http.MethodPost, a.client(a.peek)))
 	mux.HandleFunc("/v1/reset", a.method(http.MethodPost, a.admin(a.reset)))
-	mux.HandleFunc("/v1/policies", a.method(http.MethodGet, a.policies))
-	mux.HandleFunc("/v1/envoy/rule", a.method(http.MethodPost, a.envoyRule))
+	mux.HandleFunc("/v1/policies", a.method(http.MethodGet, a.client(a.policies)))
+	mux.HandleFunc("/v1/envoy/rule", a.method(http.MethodPost, a.client(a.envoyRule)))
 	mux.HandleFunc("/v1/keys", a.method(http.MethodGet, a.admin(a.keys)))
 	if o.Stats != nil {
-		mux.HandleFunc("/v1/stats", a.method(http.MethodGet, a.stats))
+		mux.HandleFunc("/v1/stats", a.method(http.MethodGet, a.admin(a.stats)))
 		if o.Dashboard {
 			mux.HandleFunc("/dashboard", a.method(http.MethodGet, a.dashboard))
 			mux.HandleFunc("/dashboard/", a.method(http.MethodGet, a.dashboard))
 		}
 	}
 	if o.EnvoyJSON != nil {
-		mux.Handle("/json", o.EnvoyJSON)
+		mux.HandleFunc("/json", a.client(o.EnvoyJSON.ServeHTTP))
 	}
 	mux.HandleFunc("/healthz", a.method(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -108,7 +120,16 @@ func Handler(svc *service.Service, o Options) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no endpoint %s; see docs/operations.md", clip(r.URL.Path)))
 	})
-	return a.observe(mux)
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		surface := "client"
+		if r.URL.Path == "/v1/reset" {
+			surface = "admin"
+		}
+		a.refused(surface, "cross_origin")
+		writeError(w, http.StatusForbidden, "cross_origin", "", "cross-origin browser requests are refused")
+	}))
+	return a.observe(cop.Handler(mux))
 }
 
 type api struct {
@@ -130,38 +151,11 @@ func (a *api) method(m string, h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// admin lets through requests with the admin token, or, when none is
-// configured, from loopback only.
-func (a *api) admin(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if a.o.AdminToken == "" {
-			host, _, _ := net.SplitHostPort(r.RemoteAddr)
-			if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-				writeError(w, http.StatusForbidden, "admin_disabled", "", "admin endpoints answer loopback only when no admin token is configured")
-				return
-			}
-			h(w, r)
-			return
-		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(a.o.AdminToken)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate admin"`)
-			msg := "admin endpoint: send Authorization: Bearer <admin token>"
-			if ok {
-				msg = "admin endpoint: wrong token"
-			}
-			writeError(w, http.StatusUnauthorized, "unauthorized", "", msg)
-			return
-		}
-		h(w, r)
-	}
-}
-
 // item is one request of /v1/check and /v1/peek.
 type item struct {
-	Policy string `json:"policy"`
-	Key    string `json:"key"`
-	Cost   *int64 `json:"cost,omitempty"`
+	Policy string  `json:"policy"`
+	Key    jsonKey `json:"key"`
+	Cost   *int64  `json:"cost,omitempty"`
 }
 
 // checkRequest is the body of /v1/check and /v1/peek: one item, or a
@@ -169,7 +163,7 @@ type item struct {
 // its own, so that an error names its index (requests[2].cost).
 type checkRequest struct {
 	Policy   string            `json:"policy"`
-	Key      string            `json:"key"`
+	Key      jsonKey           `json:"key"`
 	Cost     *int64            `json:"cost,omitempty"`
 	Requests []json.RawMessage `json:"requests,omitempty"`
 }
@@ -198,7 +192,7 @@ func decodeCheck(body io.Reader) ([]service.Item, *apiError) {
 	}
 	out := make([]service.Item, len(items))
 	for i, it := range items {
-		out[i] = service.Item{Policy: it.Policy, Key: it.Key, Cost: 1}
+		out[i] = service.Item{Policy: it.Policy, Key: string(it.Key), Cost: 1}
 		if it.Cost != nil {
 			if *it.Cost < 1 {
 				field := "cost"
@@ -318,13 +312,15 @@ func toJSONDecision(p *floodgate.Policy, d floodgate.Decision) decisionJSON {
 }
 
 func (a *api) reset(w http.ResponseWriter, r *http.Request) {
-	if e := checkContentType(r); e != nil {
-		e.write(w)
+	// JSON only, and said so: no form a foreign page could post.
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "",
+			fmt.Sprintf("Content-Type %q: an admin endpoint takes application/json only", clip(r.Header.Get("Content-Type"))))
 		return
 	}
 	var req struct {
-		Policy string `json:"policy"`
-		Key    string `json:"key"`
+		Policy string  `json:"policy"`
+		Key    jsonKey `json:"key"`
 	}
 	if e := decodeJSON(http.MaxBytesReader(w, r.Body, a.svc.Config().Bounds.MaxBodyBytes), &req); e != nil {
 		e.write(w)
@@ -334,7 +330,7 @@ func (a *api) reset(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing_policy", "policy", "name the policy whose key to reset")
 		return
 	}
-	if err := a.svc.Reset(r.Context(), req.Policy, req.Key); err != nil {
+	if err := a.svc.Reset(r.Context(), req.Policy, string(req.Key)); err != nil {
 		a.serviceError(w, err)
 		return
 	}
@@ -506,9 +502,12 @@ func decodeJSON(body io.Reader, v any) *apiError {
 		var mbe *http.MaxBytesError
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
+		var ke *errKey
 		switch {
 		case errors.As(err, &mbe):
 			return tooLarge(mbe)
+		case errors.As(err, &ke):
+			return &apiError{http.StatusBadRequest, ke.code, "key", ke.msg}
 		case errors.Is(err, io.EOF):
 			return &apiError{http.StatusBadRequest, "empty_body", "", "send a JSON object"}
 		case errors.As(err, &se):

@@ -112,7 +112,8 @@ type testAPI struct {
 }
 
 // newAPI serves testConfig on a memory store with a stopped clock, with
-// the admin token or, when token is false, without one.
+// the admin token or, when token is false, without one but with
+// admin.allow_loopback.
 func newAPI(t *testing.T, token bool) *testAPI {
 	t.Helper()
 	clock := floodgatetest.NewManualClock(t0)
@@ -126,7 +127,18 @@ func newAPI(t *testing.T, token bool) *testAPI {
 
 func newAPIStore(t *testing.T, store floodgate.Store, clock *floodgatetest.ManualClock, token bool) *testAPI {
 	t.Helper()
-	cfg, err := config.Parse(config.Source{Name: "floodgate.yaml", Data: []byte(testConfig)},
+	conf := testConfig
+	if !token {
+		conf = strings.Replace(conf, `  token: "`+testToken+`"`, "  allow_loopback: true", 1)
+	}
+	return newAPIWith(t, store, clock, conf, Options{Logger: quietLogger()})
+}
+
+// newAPIWith serves conf (and testDomain) on store with options o (whose
+// Envoy it sets).
+func newAPIWith(t *testing.T, store floodgate.Store, clock *floodgatetest.ManualClock, conf string, o Options) *testAPI {
+	t.Helper()
+	cfg, err := config.Parse(config.Source{Name: "floodgate.yaml", Data: []byte(conf)},
 		config.Source{Name: "edge.yaml", Data: []byte(testDomain)})
 	if err != nil {
 		t.Fatal(err)
@@ -139,10 +151,7 @@ func newAPIStore(t *testing.T, store floodgate.Store, clock *floodgatetest.Manua
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Logger: quietLogger(), Envoy: eng}
-	if token {
-		o.AdminToken = testToken
-	}
+	o.Envoy = eng
 	return &testAPI{h: Handler(svc, o), svc: svc, eng: eng, clock: clock}
 }
 
@@ -154,6 +163,8 @@ type call struct {
 	contentType        string // "" sends application/json; "-" sends none
 	auth               string // the Authorization field, if any
 	remote             string // RemoteAddr; "" is loopback
+	host               string // the Host field; "" is localhost:8080
+	header             http.Header
 }
 
 type answer struct {
@@ -179,6 +190,13 @@ func (a *testAPI) do(t *testing.T, c call) answer {
 	r.RemoteAddr = "127.0.0.1:40000"
 	if c.remote != "" {
 		r.RemoteAddr = c.remote
+	}
+	r.Host = "localhost:8080"
+	if c.host != "" {
+		r.Host = c.host
+	}
+	for k, v := range c.header {
+		r.Header[k] = v
 	}
 	w := httptest.NewRecorder()
 	a.h.ServeHTTP(w, r)

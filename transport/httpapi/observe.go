@@ -42,7 +42,7 @@ var tracer = otel.Tracer("github.com/floodgatehq/floodgate/transport/httpapi")
 // observe wraps the API's mux: it joins the caller's trace (W3C trace
 // context) with a server span, times every request, reports it to the
 // observer under the route that served it, and writes the access log.
-func (a *api) observe(mux *http.ServeMux) http.Handler {
+func (a *api) observe(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))

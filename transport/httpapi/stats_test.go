@@ -77,7 +77,7 @@ func newStatsAPI(t *testing.T, dashboard bool) *statsAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := Handler(svc, Options{Logger: quietLogger(), AdminToken: testToken, Stats: m.Snapshot, Version: "v9.9.9-test", Dashboard: dashboard, Envoy: eng})
+	h := Handler(svc, Options{Logger: quietLogger(), Stats: m.Snapshot, Version: "v9.9.9-test", Dashboard: dashboard, Envoy: eng})
 	return &statsAPI{testAPI: &testAPI{h: h, svc: svc, eng: eng, clock: clock}, metrics: m}
 }
 
@@ -138,7 +138,8 @@ type statsBody struct {
 func (a *statsAPI) stats(t *testing.T) (statsBody, string) {
 	t.Helper()
 	r := httptest.NewRequest("GET", "/v1/stats", nil)
-	r.RemoteAddr = "203.0.113.7:5555" // no admin rights needed
+	r.RemoteAddr = "203.0.113.7:5555" // an admin endpoint: the token opens it from afar
+	r.Header.Set("Authorization", "Bearer "+testToken)
 	w := httptest.NewRecorder()
 	a.h.ServeHTTP(w, r)
 	if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" {
@@ -281,9 +282,15 @@ func TestStats(t *testing.T) {
 		t.Errorf("after an applied reload: %+v", s.Config)
 	}
 
-	// GET only; no admin rights needed (stats does it from afar above).
+	// GET only; an admin endpoint, as it lists the configuration's files.
 	if a := api.do(t, call{method: "POST", path: "/v1/stats", body: "{}"}); a.status != http.StatusMethodNotAllowed {
 		t.Errorf("POST /v1/stats: %d", a.status)
+	}
+	if a := api.do(t, call{method: "GET", path: "/v1/stats", remote: "203.0.113.7:5555"}); a.status != http.StatusUnauthorized {
+		t.Errorf("GET /v1/stats without the admin token: %d %s", a.status, a.raw)
+	}
+	if a := api.do(t, call{method: "GET", path: "/v1/stats", auth: "bearer " + testToken}); a.status != http.StatusOK {
+		t.Errorf("GET /v1/stats with the admin token (scheme in lower case): %d %s", a.status, a.raw)
 	}
 }
 

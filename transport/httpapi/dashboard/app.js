@@ -1,7 +1,9 @@
 // floodgate's dashboard: polls v1/stats every second and turns its
-// cumulative counters into rates; lists tracked policies' top keys from the
-// admin endpoint v1/keys. Everything is written with textContent: policy
-// names and keys are shown, never interpreted.
+// cumulative counters into rates; lists tracked policies' top keys from
+// v1/keys. Both are admin endpoints: the page sends the admin token typed
+// into it (kept in memory only), as a same-origin request. Everything is
+// written with textContent: policy names and keys are shown, never
+// interpreted.
 "use strict";
 
 const POLL_MS = 1000;
@@ -240,10 +242,16 @@ function setupKeys(names) {
   loadAllKeys();
 }
 
-async function loadKeys(name, view) {
-  const q = new URLSearchParams({ policy: name, sort: view.sort.value, limit: "10" });
+// adminHeaders are the fields of a request to an admin endpoint.
+function adminHeaders() {
   const headers = { Accept: "application/json" };
   if (token) headers.Authorization = "Bearer " + token;
+  return headers;
+}
+
+async function loadKeys(name, view) {
+  const q = new URLSearchParams({ policy: name, sort: view.sort.value, limit: "10" });
+  const headers = adminHeaders();
   try {
     const res = await fetch("v1/keys?" + q, { headers, cache: "no-store", credentials: "omit" });
     const body = await res.json();
@@ -276,7 +284,15 @@ function loadAllKeys() {
 
 async function poll() {
   try {
-    const res = await fetch("v1/stats", { headers: { Accept: "application/json" }, cache: "no-store", credentials: "omit" });
+    const res = await fetch("v1/stats", { headers: adminHeaders(), cache: "no-store", credentials: "omit" });
+    if (res.status === 401 || res.status === 403) {
+      let msg = "HTTP " + res.status;
+      try {
+        const body = await res.json();
+        if (body.error && body.error.message) msg = body.error.message;
+      } catch (e) { /* not JSON: keep the status */ }
+      throw new Error(msg + "; type the admin token below");
+    }
     if (!res.ok) throw new Error("HTTP " + res.status);
     const s = await res.json();
     render(s);
@@ -295,6 +311,7 @@ function useToken() {
   $("token").value = "";
   $("token-state").textContent = token ? "token in use (memory only)" : "no token";
   loadAllKeys();
+
 }
 
 document.addEventListener("DOMContentLoaded", () => {

@@ -41,6 +41,7 @@ type Metrics struct {
 	mode       *prometheus.GaugeVec
 	build      *prometheus.GaugeVec
 	memory     *memoryCollector
+	history    *History
 }
 
 // The label names of each vector, in order: Snapshot reads them back.
@@ -53,6 +54,10 @@ var (
 	requestLabels  = []string{"transport", "endpoint", "code"}
 	latencyLabels  = []string{"transport", "endpoint"}
 )
+
+// storeBuckets are the upper bounds, in seconds, of the store latency
+// histograms: the metric's and the history's.
+var storeBuckets = [...]float64{.000002, .000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 
 // New registers floodgate's metrics on reg and returns their observer. It
 // fails if reg already has metrics of the same names.
@@ -77,7 +82,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		storeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_store_duration_seconds",
 			Help:    "Latency of store calls, by operation (take, peek, reset).",
-			Buckets: []float64{.000002, .000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+			Buckets: storeBuckets[:],
 		}, opLabels),
 		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_store_errors_total",
@@ -130,6 +135,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"version", "revision", "goversion"}),
 	}
 	m.memory = newMemoryCollector()
+	m.history, _ = NewHistory(HistoryOptions{}) // the defaults are valid
 	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads,
 		m.lastReload, m.lastTry, m.lastOK, m.breaker, m.requests, m.latency, m.unknownPol, m.unknownDom, m.mode, m.build, m.memory} {
 		if err := reg.Register(c); err != nil {
@@ -142,6 +148,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.lastOK.Set(1)
 	return m, nil
 }
+
+// History returns the history the metrics feed: per policy and for the
+// store, at 10 s resolution for the last 24 h (see History). Never nil.
+func (m *Metrics) History() *History { return m.history }
 
 // Decision counts one decision.
 func (m *Metrics) Decision(policy string, allowed, shadow, degraded bool) {
@@ -156,11 +166,13 @@ func (m *Metrics) Decision(policy string, allowed, shadow, degraded bool) {
 	if degraded {
 		m.degraded.WithLabelValues(policy).Inc()
 	}
+	m.history.Decision(policy, allowed, degraded)
 }
 
 // StoreCall times one store call and counts its failure (a call the
 // breaker kept from the store is counted, not timed).
 func (m *Metrics) StoreCall(op, node string, took time.Duration, err error) {
+	m.history.StoreCall(took, err)
 	if !errors.Is(err, failure.ErrBreakerOpen) {
 		m.storeTime.WithLabelValues(op).Observe(took.Seconds())
 	}

@@ -79,14 +79,17 @@ func serve(t *testing.T, config string) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut syncBuffer
-	done := make(chan int, 1)
+	done := make(chan struct{})
+	var code int
 	go func() {
-		done <- cli.Run(ctx, []string{"serve", "--config", path, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, &out, &errOut,
+		defer close(done)
+		code = cli.Run(ctx, []string{"serve", "--config", path, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, &out, &errOut,
 			func(string) string { return "" })
 	}()
 	t.Cleanup(func() {
 		cancel()
-		if code := <-done; code != 0 {
+		<-done
+		if code != 0 {
 			t.Errorf("serve exited with %d:\n%s", code, errOut.String())
 		}
 	})
@@ -94,6 +97,11 @@ func serve(t *testing.T, config string) string {
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if m := re.FindStringSubmatch(errOut.String()); m != nil {
 			return m[1]
+		}
+		select {
+		case <-done:
+			t.Fatalf("serve exited with %d:\n%s", code, errOut.String())
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("serve did not start:\n%s", errOut.String())
@@ -313,7 +321,8 @@ func waitTrue(t *testing.T, ctx context.Context, what, expr string, within time.
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (%v)", what, within, err)
+			page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+			t.Fatalf("%s: not within %s (%v); the page reads:\n%s", what, within, err, page)
 		}
 	}
 }
@@ -340,7 +349,7 @@ func byID(figs []figureInfo) map[string]figureInfo {
 // so that the service's own usage endpoint answers the drill-down once it
 // has one; else plain track, and the stub answers.
 func trackSpec() string {
-	if _, err := floodgate.ParsePolicy("probe", "token_bucket 100/1m burst 10 track 1m for 24h"); err == nil {
+	if _, err := floodgate.ParsePolicy("probe", "sliding_window 10/1h resolution 1m track 1m for 24h"); err == nil {
 		return "track 1m for 24h"
 	}
 	return "track"
@@ -354,10 +363,12 @@ func trackSpec() string {
 // the console.
 func TestDashboard(t *testing.T) {
 	browser := chromium(t)
+	// uploads keeps its keys' state, and so their usage, for an hour: the
+	// top keys stay listed however slowly the browser starts.
 	addr := serve(t, `
 policies:
   api: "gcra 10/1s burst 20"
-  uploads: "token_bucket 100/1m burst 10 `+trackSpec()+`"
+  uploads: "sliding_window 10/1h resolution 1m `+trackSpec()+`"
 `)
 	base := "http://" + addr
 	counts := &tally{allowed: map[string]int64{}, denied: map[string]int64{}, requests: map[string]int64{}, refused: map[string]int64{}}
@@ -373,7 +384,7 @@ policies:
 				}
 			}
 			if int(phase*20)%7 == 0 {
-				counts.check(t, base, "uploads", []string{"alice", "bob", "carol"}[int(phase)%3])
+				counts.check(t, base, "uploads", []string{"dave", "erin", "frank"}[int(phase)%3])
 			}
 		}
 	}
@@ -434,7 +445,7 @@ policies:
 	if !strings.Contains(api.Legend, "degraded (fail open)") || !strings.Contains(api.Legend, "decisions per second") {
 		t.Errorf("api's legend %q lacks the failure mode beside degraded, or the unit", api.Legend)
 	}
-	if want := fmt.Sprintf("%d allowed, %d denied, 0 degraded", counts.allowed["api"], counts.denied["api"]); !strings.Contains(api.Totals, want) {
+	if want := fmt.Sprintf("%s allowed, %s denied, 0 degraded", thousands(counts.allowed["api"]), thousands(counts.denied["api"])); !strings.Contains(api.Totals, want) {
 		t.Errorf("api's totals %q, want %q", api.Totals, want)
 	}
 	if !strings.HasSuffix(api.YLabels[len(api.YLabels)-1], "/s") {
@@ -459,10 +470,10 @@ policies:
 	if drill.Title != "alice" || len(drill.Series) != 2 || drill.Series[0].Points < 50 || len(drill.XLabels) < 2 {
 		t.Errorf("drill-down: %+v, want alice's requests and denied over an hour of minutes", drill)
 	}
-	if want := fmt.Sprintf("requests: %d in all", counts.requests["alice"]); !strings.Contains(drill.Totals, want) {
+	if want := fmt.Sprintf("requests: %s in all", thousands(counts.requests["alice"])); !strings.Contains(drill.Totals, want) {
 		t.Errorf("drill-down totals %q, want %q", drill.Totals, want)
 	}
-	if want := fmt.Sprintf("denied: %d in all", counts.refused["alice"]); !strings.Contains(drill.Totals, want) {
+	if want := fmt.Sprintf("denied: %s in all", thousands(counts.refused["alice"])); !strings.Contains(drill.Totals, want) {
 		t.Errorf("drill-down totals %q, want %q", drill.Totals, want)
 	}
 
@@ -541,6 +552,15 @@ policies:
 			t.Errorf("the console of the second tab: %s", e)
 		}
 	}
+}
+
+// thousands writes n as the page does: 1,820.
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // shoot saves a screenshot of the whole page as PNG.

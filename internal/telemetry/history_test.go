@@ -9,6 +9,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/floodgatehq/floodgate/failure"
 )
 
@@ -353,6 +355,21 @@ func BenchmarkHistoryStoreCall(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			h.StoreCall(50*time.Microsecond, nil)
+		}
+	})
+}
+
+// BenchmarkMetricsDecision is the whole observer call, Prometheus counters
+// and history: against BenchmarkHistoryDecision, the history's share.
+func BenchmarkMetricsDecision(b *testing.B) {
+	m, err := New(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Decision("api", true, false, false)
 		}
 	})
 }

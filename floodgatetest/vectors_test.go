@@ -41,23 +41,6 @@ func repoRoot(t *testing.T) string {
 	return dir
 }
 
-// TestSpecInStep: the repository's SPEC.md equals ../shared/SPEC.md when
-// that file exists.
-func TestSpecInStep(t *testing.T) {
-	root := repoRoot(t)
-	shared, err := os.ReadFile(filepath.Join(root, "..", "shared", "SPEC.md"))
-	if err != nil {
-		t.Skip("no ../shared/SPEC.md beside the repository; nothing to compare the copy with")
-	}
-	mine, err := os.ReadFile(filepath.Join(root, "SPEC.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(mine, shared) {
-		t.Error("SPEC.md differs from ../shared/SPEC.md: copy it again (and check what changed)")
-	}
-}
-
 // TestVectorsInStep: the embedded copy equals ../shared/vectors, file for
 // file, byte for byte, whenever that folder exists.
 func TestVectorsInStep(t *testing.T) {

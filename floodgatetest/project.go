@@ -1,0 +1,319 @@
+package floodgatetest
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
+)
+
+// The project's own vectors: the sections SPEC.md gained after the
+// baseline (atomic groups, reserve/settle/refund, partial grants, calendar
+// windows), in SPEC.md's extended vector format.
+//
+//go:embed testdata/project/*.json
+var projectFS embed.FS
+
+// ProjectVector is one vector of the project's own set: a policy or a group
+// of member policies, and steps replayed from empty state (SPEC.md, "The
+// project's vectors").
+type ProjectVector struct {
+	Name   string
+	Source string
+
+	// Group reports that the vector decides a group: Members are its
+	// members in order. Otherwise Members holds the one policy.
+	Group   bool
+	Members []Member
+
+	Steps []ProjectStep
+
+	// File is the file the vector was read from.
+	File string
+}
+
+// Member is one policy of a project vector. A calendar window (SPEC.md,
+// "Calendar windows") is a FixedWindow policy with Window zero and Calendar
+// set: the root package has no such policy yet, so Calendar carries it.
+type Member struct {
+	Policy   floodgate.Policy
+	Calendar *Calendar
+}
+
+// Calendar is a fixed_window's calendar alignment.
+type Calendar struct {
+	// Period is "day", "week" (ISO, from Monday) or "month".
+	Period string
+	// TZ is an IANA time zone name; the loader sets "UTC" when the vector
+	// names none.
+	TZ string
+	// Location is TZ loaded.
+	Location *time.Location
+}
+
+// ProjectStep is one operation of a project vector.
+type ProjectStep struct {
+	// At is the step's time in µs since the Unix epoch: BaseMicros plus
+	// at_us, or the absolute instant of at.
+	At int64
+
+	// Keys holds one key per member (every member's key for a vector's
+	// "key"); empty for settle, which uses its reservation's keys.
+	Keys []string
+
+	// Op is add, peek, reset, add_at_most, peek_at_most, reserve, settle or
+	// refund.
+	Op string
+
+	// N is the cost (1 when absent); ID names a reservation (reserve,
+	// settle); Used is what a settle used.
+	N    int64
+	ID   string
+	Used int64
+
+	Expect *ProjectExpect
+}
+
+// ProjectExpect is Expect with the fields of the new sections.
+type ProjectExpect struct {
+	Expect
+	Granted *int64 `json:"granted,omitempty"`
+	Member  *int32 `json:"member,omitempty"`
+}
+
+// ProjectVectors returns the project's own vectors embedded in this
+// package, files in name order.
+func ProjectVectors() ([]ProjectVector, error) {
+	sub, err := fs.Sub(projectFS, "testdata/project")
+	if err != nil {
+		return nil, err
+	}
+	names, err := fs.Glob(sub, "*.json")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	var all []ProjectVector
+	for _, name := range names {
+		data, err := fs.ReadFile(sub, name)
+		if err != nil {
+			return nil, err
+		}
+		vs, err := ParseProjectVectors(data, name)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, vs...)
+	}
+	return all, nil
+}
+
+type projectVectorJSON struct {
+	Name   string            `json:"name"`
+	Source string            `json:"source"`
+	Policy json.RawMessage   `json:"policy"`
+	Group  []json.RawMessage `json:"group"`
+	Steps  []projectStepJSON `json:"steps"`
+}
+
+type projectStepJSON struct {
+	AtUS   *int64         `json:"at_us"`
+	At     string         `json:"at"`
+	Key    string         `json:"key"`
+	Keys   []string       `json:"keys"`
+	Op     string         `json:"op"`
+	N      *int64         `json:"n"`
+	ID     string         `json:"id"`
+	Used   *int64         `json:"used"`
+	Expect *ProjectExpect `json:"expect"`
+}
+
+// ParseProjectVectors decodes a file of the project's vectors (a JSON array
+// of vectors) and checks it: valid policies, a known op on every step, keys
+// for every member, costs of at least 1, reservations named once and
+// settled only after they were made, and one time form per vector.
+func ParseProjectVectors(data []byte, file string) ([]ProjectVector, error) {
+	var raw []projectVectorJSON
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	out := make([]ProjectVector, 0, len(raw))
+	for _, r := range raw {
+		v := ProjectVector{Name: r.Name, Source: r.Source, File: filepath.Base(file)}
+		fail := func(format string, args ...any) error {
+			return fmt.Errorf("%s: vector %s: %s", file, r.Name, fmt.Sprintf(format, args...))
+		}
+		switch {
+		case len(r.Policy) > 0 && len(r.Group) > 0:
+			return nil, fail("both policy and group")
+		case len(r.Policy) > 0:
+			r.Group = []json.RawMessage{r.Policy}
+		case len(r.Group) > 0:
+			v.Group = true
+		default:
+			return nil, fail("no policy and no group")
+		}
+		if len(r.Group) > storekit.MaxLimits {
+			return nil, fail("%d members, want at most %d", len(r.Group), storekit.MaxLimits)
+		}
+		for i, pj := range r.Group {
+			m, err := parseMember(pj)
+			if err != nil {
+				return nil, fail("member %d: %v", i, err)
+			}
+			v.Members = append(v.Members, m)
+		}
+		if len(r.Steps) == 0 {
+			return nil, fail("no steps")
+		}
+		ids := map[string]bool{}
+		absolute := r.Steps[0].At != ""
+		for j, s := range r.Steps {
+			fail := func(format string, args ...any) error {
+				return fmt.Errorf("%s: vector %s step %d: %s", file, r.Name, j, fmt.Sprintf(format, args...))
+			}
+			step := ProjectStep{Op: s.Op, N: 1, ID: s.ID, Expect: s.Expect}
+			switch {
+			case (s.At != "") != absolute || s.At != "" && s.AtUS != nil:
+				return nil, fail("a vector uses either at_us or at in every step")
+			case s.At != "":
+				t, err := time.Parse(time.RFC3339Nano, s.At)
+				if err != nil {
+					return nil, fail("at: %v", err)
+				}
+				step.At = t.UnixMicro()
+			case s.AtUS != nil:
+				step.At = BaseMicros + *s.AtUS
+			default:
+				return nil, fail("no at_us or at")
+			}
+			if s.N != nil {
+				step.N = *s.N
+			}
+			switch s.Op {
+			case "add", "peek", "add_at_most", "peek_at_most", "reserve", "refund", "reset":
+				if step.N < 1 || step.N > floodgate.MaxCost {
+					return nil, fail("n = %d, want 1 to 2^53-1", step.N)
+				}
+				switch {
+				case s.Key != "" && len(s.Keys) > 0:
+					return nil, fail("both key and keys")
+				case s.Key != "":
+					for range v.Members {
+						step.Keys = append(step.Keys, s.Key)
+					}
+				case len(s.Keys) == len(v.Members):
+					step.Keys = s.Keys
+				default:
+					return nil, fail("want key, or keys with one key per member")
+				}
+				for _, k := range step.Keys {
+					if k == "" {
+						return nil, fail("empty key")
+					}
+				}
+				if s.Op == "reserve" {
+					if s.ID == "" || ids[s.ID] {
+						return nil, fail("reserve needs an id used by no other reserve of the vector")
+					}
+					ids[s.ID] = true
+				}
+			case "settle":
+				if !ids[s.ID] {
+					return nil, fail("settle of %q, which no earlier reserve made", s.ID)
+				}
+				if s.Used == nil || *s.Used < 0 {
+					return nil, fail("settle needs used ≥ 0")
+				}
+				step.Used = *s.Used
+			default:
+				return nil, fail("op %q, want add, peek, reset, add_at_most, peek_at_most, reserve, settle or refund", s.Op)
+			}
+			v.Steps = append(v.Steps, step)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseMember decodes one policy in SPEC.md's JSON form, with the calendar
+// fields of "Calendar windows" (align calendar, period, tz) taken out before
+// the root package's decoder, which does not know them yet, reads the rest.
+func parseMember(data json.RawMessage) (Member, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return Member{}, err
+	}
+	var m Member
+	if string(fields["align"]) == `"calendar"` {
+		if string(fields["algorithm"]) != `"fixed_window"` {
+			return Member{}, fmt.Errorf("align calendar is a fixed_window alignment, not one of %s", fields["algorithm"])
+		}
+		var c Calendar
+		if err := unmarshalField(fields, "period", &c.Period); err != nil {
+			return Member{}, err
+		}
+		if err := unmarshalField(fields, "tz", &c.TZ); err != nil {
+			return Member{}, err
+		}
+		switch c.Period {
+		case "day", "week", "month":
+		default:
+			return Member{}, fmt.Errorf("period %q, want day, week or month", c.Period)
+		}
+		if c.TZ == "" {
+			c.TZ = "UTC"
+		}
+		loc, err := time.LoadLocation(c.TZ)
+		if err != nil {
+			return Member{}, fmt.Errorf("tz %q: %w", c.TZ, err)
+		}
+		c.Location = loc
+		if _, ok := fields["window"]; ok {
+			return Member{}, fmt.Errorf("a calendar window has a period, not a window")
+		}
+		delete(fields, "align")
+		delete(fields, "period")
+		delete(fields, "tz")
+		fields["window"] = json.RawMessage(`"1s"`) // checked, then dropped
+		m.Calendar = &c
+		b, err := json.Marshal(fields)
+		if err != nil {
+			return Member{}, err
+		}
+		data = b
+	}
+	if err := json.Unmarshal(data, &m.Policy); err != nil {
+		return Member{}, err
+	}
+	p := m.Policy
+	p.Name = "vector"
+	if err := p.Validate(); err != nil {
+		return Member{}, err
+	}
+	if m.Calendar != nil {
+		m.Policy.Window = 0
+	}
+	return m, nil
+}
+
+// unmarshalField decodes fields[name] into v when present.
+func unmarshalField(fields map[string]json.RawMessage, name string, v any) error {
+	raw, ok := fields[name]
+	if !ok {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}

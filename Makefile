@@ -5,13 +5,16 @@ SHELL := /bin/bash
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: test check redis fuzz bench bench-mem bench-peers release image ship-check
+.PHONY: test check redis browser fuzz bench bench-mem bench-peers release image ship-check
 
 ## test: gofmt and vet, then every test with the race detector, shuffled,
 ## uncached, with real redis-server processes (installed when missing, and
-## required: a Redis test never skips here).
-test: check redis
+## required: a Redis test never skips here); then the dashboard's test in
+## Chromium (the nested module browsertest/, which keeps chromedp out of
+## go.mod; Chromium is installed when missing, and required).
+test: check redis browser
 	FLOODGATE_REQUIRE_REDIS=1 $(GO) test -race -shuffle=on -count=1 -json ./... | $(GO) run ./internal/testreport
+	cd browsertest && FLOODGATE_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -json ./... | $(GO) run ../internal/testreport
 
 ## redis: install redis-server (Debian's package) when it is not on PATH.
 redis:
@@ -23,11 +26,23 @@ redis:
 	fi
 	@redis-server --version
 
-## check: gofmt and go vet.
+## browser: install Chromium (Debian's package) when it is not on PATH, for
+## the dashboard's browser test.
+browser:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "chromium not found: installing it with apt-get"; \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; \
+		command -v chromium >/dev/null 2>&1 || { echo "chromium is still missing after apt-get install"; exit 1; }; \
+	fi
+	@chromium --version 2>/dev/null
+
+## check: gofmt and go vet (the browser test's module too).
 check:
 	@unformatted="$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*'))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt -w needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	cd browsertest && $(GO) vet ./...
 
 ## release: static binaries for linux and darwin (amd64, arm64), THIRD_PARTY,
 ## Debian packages (amd64, arm64) and SHA256SUMS into dist/, reproducibly:

@@ -358,6 +358,29 @@ func TestServeDashboard(t *testing.T) {
 	if stats.Version != cli.Version() || stats.Store.Type != "memory" || len(stats.Policies) == 0 || stats.Policies[0].Name != "api" {
 		t.Errorf("GET /v1/stats: %s", body)
 	}
+	// The history the dashboard draws is the service's own.
+	res, err := http.Post(on+"/v1/check", "application/json", strings.NewReader(`{"policy":"api","key":"k"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	code, _, body = fetch(on + "/v1/stats/history?from=-1m")
+	var hist struct {
+		Policies []struct {
+			Name    string
+			Allowed []int64
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &hist); code != 200 || err != nil || len(hist.Policies) == 0 || hist.Policies[0].Name != "api" {
+		t.Fatalf("GET /v1/stats/history: %d %v\n%s", code, err, body)
+	}
+	var allowed int64
+	for _, n := range hist.Policies[0].Allowed {
+		allowed += n
+	}
+	if allowed != 1 {
+		t.Errorf("GET /v1/stats/history after one check of api: %d allowed\n%s", allowed, body)
+	}
 
 	off := "http://" + serving(t, env, "--dashboard=false")
 	if code, _, body := fetch(off + "/dashboard"); code != 404 {

@@ -367,6 +367,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		Envoy:     eng,
 		Logger:    log,
 		Stats:     metrics.Snapshot,
+		History:   metrics.History(),
 		Version:   Version(),
 		Dashboard: f.dashboard,
 		Requests:  metrics,

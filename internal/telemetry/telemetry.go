@@ -44,7 +44,8 @@ type Metrics struct {
 	clients    *prometheus.CounterVec
 	refused    *prometheus.CounterVec
 
-	reg prometheus.Registerer // for the listeners' gauges, registered later
+	reg     prometheus.Registerer // for the listeners' gauges, registered later
+	history *History
 }
 
 // The label names of each vector, in order: Snapshot reads them back.
@@ -59,6 +60,10 @@ var (
 	clientLabels   = []string{"transport", "client"}
 	refusedLabels  = []string{"transport", "surface", "reason"}
 )
+
+// storeBuckets are the upper bounds, in seconds, of the store latency
+// histograms: the metric's and the history's.
+var storeBuckets = [...]float64{.000002, .000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 
 // New registers floodgate's metrics on reg and returns their observer. It
 // fails if reg already has metrics of the same names.
@@ -92,7 +97,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		storeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_store_duration_seconds",
 			Help:    "Latency of store calls, by operation (take, peek, reset).",
-			Buckets: []float64{.000002, .000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+			Buckets: storeBuckets[:],
 		}, opLabels),
 		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_store_errors_total",
@@ -145,6 +150,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"version", "revision", "goversion"}),
 	}
 	m.memory = newMemoryCollector()
+	m.history, _ = NewHistory(HistoryOptions{}) // the defaults are valid
 	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads,
 		m.lastReload, m.lastTry, m.lastOK, m.breaker, m.requests, m.latency, m.unknownPol, m.unknownDom, m.mode, m.build,
 		m.memory, m.clients, m.refused} {
@@ -159,6 +165,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// History returns the history the metrics feed: per policy and for the
+// store, at 10 s resolution for the last 24 h (see History). Never nil.
+func (m *Metrics) History() *History { return m.history }
+
 // Decision counts one decision.
 func (m *Metrics) Decision(policy string, allowed, shadow, degraded bool) {
 	verdict := "allowed"
@@ -172,11 +182,13 @@ func (m *Metrics) Decision(policy string, allowed, shadow, degraded bool) {
 	if degraded {
 		m.degraded.WithLabelValues(policy).Inc()
 	}
+	m.history.Decision(policy, allowed, degraded)
 }
 
 // StoreCall times one store call and counts its failure (a call the
 // breaker kept from the store is counted, not timed).
 func (m *Metrics) StoreCall(op, node string, took time.Duration, err error) {
+	m.history.StoreCall(took, err)
 	if !errors.Is(err, failure.ErrBreakerOpen) {
 		m.storeTime.WithLabelValues(op).Observe(took.Seconds())
 	}

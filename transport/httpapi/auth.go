@@ -13,7 +13,7 @@ import (
 	"github.com/floodgatehq/floodgate/internal/auth"
 )
 
-// admin guards an admin endpoint (/v1/reset, /v1/keys, /v1/stats). In
+// admin guards an admin endpoint (/v1/reset, /v1/keys, /v1/stats and its history). In
 // order: a cross-origin browser request is refused (403 cross_origin);
 // with an admin token configured, the request must carry it (401
 // unauthorized); without one, it passes only under admin.allow_loopback,

@@ -20,8 +20,9 @@ const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; i
 
 // dashboardAssets are the files under /dashboard/ and their types.
 var dashboardAssets = map[string]string{
-	"app.js":  "text/javascript; charset=utf-8",
-	"app.css": "text/css; charset=utf-8",
+	"app.js":      "text/javascript; charset=utf-8",
+	"app.css":     "text/css; charset=utf-8",
+	"favicon.svg": "image/svg+xml",
 }
 
 // dashboard serves GET /dashboard (the page) and /dashboard/NAME (its

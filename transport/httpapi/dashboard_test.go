@@ -21,9 +21,10 @@ func TestDashboard(t *testing.T) {
 	api := newStatsAPI(t, true)
 	bodies := map[string]string{}
 	for path, ctype := range map[string]string{
-		"/dashboard":         "text/html; charset=utf-8",
-		"/dashboard/app.js":  "text/javascript; charset=utf-8",
-		"/dashboard/app.css": "text/css; charset=utf-8",
+		"/dashboard":             "text/html; charset=utf-8",
+		"/dashboard/app.js":      "text/javascript; charset=utf-8",
+		"/dashboard/app.css":     "text/css; charset=utf-8",
+		"/dashboard/favicon.svg": "image/svg+xml",
 	} {
 		w := get(t, api, "GET", path)
 		h := w.Header()
@@ -54,7 +55,8 @@ func TestDashboard(t *testing.T) {
 	// The page loads its own files, relative to itself, and nothing from
 	// elsewhere; no inline script or style (the policy would block them).
 	page := bodies["/dashboard"]
-	for _, want := range []string{`<script src="dashboard/app.js" defer></script>`, `<link rel="stylesheet" href="dashboard/app.css">`} {
+	for _, want := range []string{`<script src="dashboard/app.js" defer></script>`, `<link rel="stylesheet" href="dashboard/app.css">`,
+		`<link rel="icon" href="dashboard/favicon.svg" type="image/svg+xml">`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %s", want)
 		}
@@ -63,14 +65,20 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the page has %d scripts, or inline style", n)
 	}
 	for path, body := range bodies {
+		// The SVG namespace's name is a URI the script names, not a
+		// resource it loads (the policy would refuse that anyway).
+		body = strings.ReplaceAll(body, `"http://www.w3.org/2000/svg"`, `"svg"`)
 		if m := regexp.MustCompile(`(?i)(https?:)?//[a-z0-9.-]+\.[a-z]{2,}|@import|localStorage|sessionStorage|document\.cookie|innerHTML|eval\(`).FindString(body); m != "" {
 			t.Errorf("%s uses %q", path, m)
 		}
 	}
-	// The script reads the stats and the admin key listing, sending the
-	// token as the API expects.
+	// The script reads the stats, the history, the admin key listing and
+	// a key's usage, every request alike: relative to the page, with the
+	// token as the API expects and same-origin credentials.
 	js := bodies["/dashboard/app.js"]
-	for _, want := range []string{`fetch("v1/stats"`, `fetch("v1/keys?"`, `"Bearer " + token`, "setTimeout(poll, POLL_MS)"} {
+	for _, want := range []string{`request("v1/stats")`, `request("v1/stats/history?"`, `request("v1/keys?"`,
+		`request(path)`, `"v1/keys/" + encodeURIComponent(d.key) + "/usage?"`,
+		`"Bearer " + token`, `credentials: "same-origin"`, "setTimeout(poll, POLL_MS)"} {
 		if !strings.Contains(js, want) {
 			t.Errorf("app.js lacks %s", want)
 		}

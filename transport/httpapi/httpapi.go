@@ -7,6 +7,7 @@
 //	POST /v1/envoy/rule the rule of an Envoy domain a descriptor meets
 //	GET  /v1/keys      a tracked policy's top keys (admin)
 //	GET  /v1/stats     counters and state for the dashboard (admin; when Stats is given)
+//	GET  /v1/stats/history the service's last 24 h per policy (admin; when History is given)
 //	GET  /dashboard    a live dashboard page over /v1/stats (when enabled)
 //	POST /json         envoyproxy/ratelimit's JSON form of the RLS request (when given)
 //	GET  /healthz      the process is up
@@ -75,6 +76,9 @@ type Options struct {
 	// Stats returns what the metrics counted, for /v1/stats
 	// (internal/telemetry's Metrics.Snapshot); nil leaves /v1/stats out.
 	Stats func() telemetry.Snapshot
+	// History is what /v1/stats/history answers from (internal/telemetry's
+	// Metrics.History); nil leaves it out.
+	History *telemetry.History
 	// Version is the service's version, as /v1/stats reports it.
 	Version string
 	// Dashboard serves the dashboard page at /dashboard. It reads
@@ -106,6 +110,9 @@ func Handler(svc *service.Service, o Options) http.Handler {
 			mux.HandleFunc("/dashboard", a.method(http.MethodGet, a.dashboard))
 			mux.HandleFunc("/dashboard/", a.method(http.MethodGet, a.dashboard))
 		}
+	}
+	if o.History != nil {
+		mux.HandleFunc("/v1/stats/history", a.method(http.MethodGet, a.admin(a.history)))
 	}
 	if o.EnvoyJSON != nil {
 		mux.HandleFunc("/json", a.client(o.EnvoyJSON.ServeHTTP))

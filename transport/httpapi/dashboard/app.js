@@ -1,34 +1,50 @@
-// floodgate's dashboard: polls v1/stats every second and turns its
-// cumulative counters into rates; lists tracked policies' top keys from
-// v1/keys. Both are admin endpoints: the page sends the admin token typed
-// into it (kept in memory only), as a same-origin request. Everything is
-// written with textContent: policy names and keys are shown, never
-// interpreted.
+// floodgate's dashboard. Polls v1/stats every second (counters turned into
+// rates between two polls), draws the service's own history from
+// v1/stats/history every 10 seconds as SVG charts with time axes, lists
+// tracked policies' top keys from the admin endpoint v1/keys, and draws a
+// key's usage series from v1/keys/KEY/usage when it is clicked. Every text
+// is written with textContent: policy names and keys are shown, never
+// interpreted. No storage, no cookie: the admin token lives in memory.
 "use strict";
 
 const POLL_MS = 1000;
+const HISTORY_MS = 10000;
 const KEYS_MS = 5000;
-const HISTORY = 60; // points of the per-policy sparkline
+const RANGES = { "15m": 900, "1h": 3600, "6h": 21600, "24h": 86400 };
+const SVG = "http://www.w3.org/2000/svg"; // the SVG namespace's name, never fetched
 
-let prev = null;         // the previous stats answer
-let token = "";          // the admin token: in memory only
-const history = new Map(); // policy name -> [{allowed, denied}] rates
-const keyViews = new Map(); // tracked policy name -> {sort, tbody, status}
+let prev = null;            // the previous stats answer
+let token = "";             // the admin token: in memory only
+let failureMode = "";       // the failure mode in force, as v1/stats says
+let range = "1h";           // the history's range, kept in the URL's fragment
+let lastHistory = null;     // the last history answer, redrawn on resize
+const keyViews = new Map(); // tracked policy name -> {sort, tbody, status, box}
 let trackedNames = "";
+let drill = null;           // the open drill-down: {policy, key, panel, ...}
 
 const $ = (id) => document.getElementById(id);
 
 function el(tag, props, ...children) {
   const e = document.createElement(tag);
-  if (props) {
-    for (const [k, v] of Object.entries(props)) {
-      if (k === "class") e.className = v;
-      else if (k === "text") e.textContent = v;
-      else e.setAttribute(k, v);
-    }
-  }
+  setProps(e, props);
   for (const c of children) e.append(c);
   return e;
+}
+
+function svg(tag, props, ...children) {
+  const e = document.createElementNS(SVG, tag);
+  setProps(e, props);
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function setProps(e, props) {
+  if (!props) return;
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "class") e.setAttribute("class", v);
+    else if (k === "text") e.textContent = v;
+    else e.setAttribute(k, v);
+  }
 }
 
 function num(n) {
@@ -42,9 +58,10 @@ function rate(r) {
 
 function secs(s) {
   if (s == null) return "—";
-  if (s < 1e-3) return (s * 1e6).toFixed(0) + " µs";
-  if (s < 1) return (s * 1e3).toFixed(s < 0.01 ? 2 : 1) + " ms";
-  return s.toFixed(2) + " s";
+  if (s === 0) return "0";
+  if (s < 1e-3) return +(s * 1e6).toPrecision(3) + " µs";
+  if (s < 1) return +(s * 1e3).toPrecision(3) + " ms";
+  return +s.toPrecision(3) + " s";
 }
 
 function duration(s) {
@@ -56,11 +73,47 @@ function duration(s) {
   return `${s}s`;
 }
 
+// span writes a whole number of seconds in its largest exact unit: 10 s,
+// 2 min, 24 h.
+function span(s) {
+  if (s >= 3600 && s % 3600 === 0) return s / 3600 + " h";
+  if (s >= 60 && s % 60 === 0) return s / 60 + " min";
+  return s + " s";
+}
+
 function when(iso, now) {
   if (!iso) return "—";
   const t = new Date(iso);
   const ago = (now - t) / 1000;
   return `${t.toLocaleString()} (${ago < 1 ? "just now" : duration(ago) + " ago"})`;
+}
+
+function clock(ms, withSeconds) {
+  const o = { hour: "2-digit", minute: "2-digit", hour12: false };
+  if (withSeconds) o.second = "2-digit";
+  return new Date(ms).toLocaleTimeString([], o);
+}
+
+// request fetches a JSON answer of this service, relative to the page,
+// with the admin token when one is given. It resolves to {res, body}; body
+// is null when the answer is not JSON.
+async function request(path) {
+  const headers = { Accept: "application/json" };
+  if (token) headers.Authorization = "Bearer " + token;
+  const res = await fetch(path, { headers, cache: "no-store", credentials: "same-origin" });
+  let body = null;
+  try {
+    body = await res.json();
+  } catch (e) {
+    body = null;
+  }
+  return { res, body };
+}
+
+function errorText(res, body) {
+  const msg = (body && body.error && body.error.message) || "HTTP " + res.status;
+  if (res.status === 401 || res.status === 403) return msg + "; type the admin token above";
+  return msg;
 }
 
 // perSecond is the rate of a counter between two answers; null when there
@@ -87,9 +140,216 @@ function quantile(q, buckets, count) {
   return buckets[buckets.length - 1].le;
 }
 
+// ---- Charts: hand-written SVG with a time axis and a value axis. ----
+
+// niceStep is a round step (1, 2, 2.5 or 5 times a power of ten) that
+// cuts span into about n parts.
+function niceStep(span, n) {
+  const raw = span / n;
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= raw) return m * p;
+  return 10 * p;
+}
+
+const TIME_TICKS = [10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200].map((s) => s * 1000);
+
+// chart draws into fig a line chart of series [{label, cls, values}] over
+// the points at xs (ms), on a time axis from..to (ms). format writes a
+// value with its unit. The figure keeps data-points per series (the
+// points drawn) for tests, and a readout of the point under the pointer.
+function chart(fig, { from, to, xs, series, format, unit }) {
+  const plot = fig.querySelector(".plot");
+  const width = Math.max(240, Math.floor(plot.clientWidth || 320));
+  const height = 170;
+  const m = { left: 58, right: 10, top: 10, bottom: 24 };
+  const w = width - m.left - m.right, h = height - m.top - m.bottom;
+  let top = 0;
+  for (const s of series) for (const v of s.values) if (v != null && v > top) top = v;
+  const ystep = top > 0 ? niceStep(top, 4) : 1;
+  top = top > 0 ? Math.ceil(top / ystep) * ystep : ystep * 4;
+  const x = (t) => m.left + ((t - from) / Math.max(1, to - from)) * w;
+  const y = (v) => m.top + h - (v / top) * h;
+
+  const root = svg("svg", { width: String(width), height: String(height), viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": unit });
+  const grid = svg("g", { class: "grid" });
+  for (let v = 0; v <= top + ystep / 2; v += ystep) {
+    grid.append(svg("line", { x1: String(m.left), x2: String(m.left + w), y1: String(y(v)), y2: String(y(v)) }));
+    grid.append(svg("text", { x: String(m.left - 6), y: String(y(v) + 4), "text-anchor": "end", text: format(v) }));
+  }
+  const tz = -new Date(from).getTimezoneOffset() * 60000;
+  const tick = TIME_TICKS.find((s) => (to - from) / s <= Math.max(2, w / 75)) || TIME_TICKS[TIME_TICKS.length - 1];
+  for (let t = Math.ceil((from + tz) / tick) * tick - tz; t <= to; t += tick) {
+    grid.append(svg("line", { class: "tick", x1: String(x(t)), x2: String(x(t)), y1: String(m.top), y2: String(m.top + h) }));
+    grid.append(svg("text", { x: String(x(t)), y: String(height - 6), "text-anchor": "middle", text: clock(t, tick < 60000) }));
+  }
+  grid.append(svg("line", { class: "axis", x1: String(m.left), x2: String(m.left + w), y1: String(y(0)), y2: String(y(0)) }));
+  root.append(grid);
+
+  for (const s of series) {
+    let d = "", pen = false, n = 0;
+    s.values.forEach((v, i) => {
+      if (v == null) {
+        pen = false;
+        return;
+      }
+      const px = x(xs[i]).toFixed(1), py = y(v).toFixed(1);
+      // A point alone is a zero-length line: its round caps make a dot.
+      d += pen ? ` L${px} ${py}` : ` M${px} ${py} l0 0`;
+      pen = true;
+      n++;
+    });
+    root.append(svg("path", { class: "series " + s.cls, d: d.trim() || "M0 0", "data-points": String(n) }));
+  }
+  const cursor = svg("line", { class: "cursor", x1: "0", x2: "0", y1: String(m.top), y2: String(m.top + h), visibility: "hidden" });
+  root.append(cursor);
+
+  const readout = el("p", { class: "readout" });
+  const show = (i) => {
+    if (i < 0) {
+      readout.textContent = "no data in this range yet";
+      cursor.setAttribute("visibility", "hidden");
+      return;
+    }
+    readout.replaceChildren(el("span", { class: "at", text: clock(xs[i], true) }));
+    for (const s of series) {
+      readout.append(el("span", { class: "swatch " + s.cls }), el("span", { text: `${s.label} ${s.values[i] == null ? "—" : format(s.values[i])}` }));
+    }
+  };
+  const latest = () => {
+    for (let i = xs.length - 1; i >= 0; i--) if (series.some((s) => s.values[i] != null)) return i;
+    return -1;
+  };
+  root.addEventListener("pointermove", (e) => {
+    const r = root.getBoundingClientRect();
+    const t = from + ((e.clientX - r.left - m.left) / w) * (to - from);
+    let best = -1;
+    xs.forEach((xt, i) => {
+      if (best < 0 || Math.abs(xt - t) < Math.abs(xs[best] - t)) best = i;
+    });
+    if (best < 0) return;
+    cursor.setAttribute("x1", String(x(xs[best])));
+    cursor.setAttribute("x2", String(x(xs[best])));
+    cursor.setAttribute("visibility", "visible");
+    show(best);
+  });
+  root.addEventListener("pointerleave", () => {
+    cursor.setAttribute("visibility", "hidden");
+    show(latest());
+  });
+  show(latest());
+  cursor.setAttribute("visibility", "hidden");
+
+  const legend = el("div", { class: "legend" });
+  for (const s of series) legend.append(el("span", { class: "swatch " + s.cls }), el("span", { text: s.label }));
+  legend.append(el("span", { class: "unit", text: unit }));
+  plot.replaceChildren(legend, root, readout);
+}
+
+// figure returns the chart figure of id in box, or a new one: a title, a
+// subtitle, the plot, and a line of totals.
+function figure(box, id, title) {
+  return box.querySelector(`figure[data-id="${CSS.escape(id)}"]`) ||
+    el("figure", { class: "chart", "data-id": id },
+      el("figcaption", null, el("span", { class: "title", text: title }), el("span", { class: "sub" })),
+      el("div", { class: "plot" }),
+      el("p", { class: "totals note" }));
+}
+
+// ---- History: v1/stats/history. ----
+
+let historySeq = 0; // the latest history request: an older answer is dropped
+
+async function loadHistory() {
+  const note = $("history-note");
+  const seq = ++historySeq;
+  try {
+    const { res, body } = await request("v1/stats/history?" + new URLSearchParams({ from: "-" + range }));
+    if (seq !== historySeq) return;
+    if (!res.ok) {
+      note.textContent = res.status === 404 ? "This service keeps no history (v1/stats/history is not served)." : "Cannot read the history: " + errorText(res, body);
+      note.className = "note bad";
+      return;
+    }
+    lastHistory = body;
+    note.textContent = `Kept by the service itself (GET /v1/stats/history), per process since ${new Date(body.recording_since).toLocaleString()}: ` +
+      `${span(body.resolution_seconds)} resolution for the last ${span(body.retention_seconds)}, shown in steps of ${span(body.step_seconds)}; ` +
+      `${num(body.bytes)} bytes in memory. Read every 10 seconds.`;
+    note.className = "note";
+    renderHistory(body);
+  } catch (e) {
+    if (seq !== historySeq) return;
+    note.textContent = "Cannot read the history: " + e.message;
+    note.className = "note bad";
+  }
+}
+
+// midpoints places each step's point in the middle of the part of it that
+// was recorded: the end of the first step when recording began inside it,
+// the start of the step in progress; within the range's ends.
+function midpoints(hb) {
+  const step = hb.step_seconds * 1000, from = Date.parse(hb.from), to = Date.parse(hb.to);
+  return hb.times.map((iso, i) => {
+    const t = Date.parse(iso), covered = hb.seconds[i] * 1000;
+    let x = t + step / 2;
+    if (covered < step) x = (i === hb.times.length - 1 ? Math.min(t + step, to) : t + step) - covered / 2;
+    return Math.min(Math.max(x, from), to);
+  });
+}
+
+function renderHistory(hb) {
+  const box = $("charts");
+  const from = Date.parse(hb.from), to = Date.parse(hb.to);
+  const xs = midpoints(hb);
+  const perSec = (counts) => counts.map((c, i) => (hb.seconds[i] > 0 ? c / hb.seconds[i] : null));
+  const sum = (a) => a.reduce((s, v) => s + v, 0);
+  const mode = hb.store.failure_mode || failureMode;
+  const charts = []; // [figure, its chart's options, its subtitle, its totals]
+
+  charts.push([figure(box, "store-latency", "store latency"), {
+    format: secs, unit: "seconds per call",
+    series: [{ label: "p50", cls: "s-p50", values: hb.store.p50_seconds }, { label: "p99", cls: "s-p99", values: hb.store.p99_seconds }],
+  }, hb.store.type + " store, every call", `${num(sum(hb.store.calls))} calls, ${num(sum(hb.store.errors))} failed, in the range`]);
+  charts.push([figure(box, "store-calls", "store calls"), {
+    format: (v) => rate(v) + "/s", unit: "per second",
+    series: [{ label: "calls", cls: "s-calls", values: perSec(hb.store.calls) }, { label: "failed", cls: "s-denied", values: perSec(hb.store.errors) }],
+  }, "calls, and failures (timeouts, errors, breaker open)", `when the store fails: fail ${mode}`]);
+
+  const policies = hb.policies.slice();
+  if (hb.overflow) policies.push({ ...hb.overflow, name: `other policies (past ${hb.max_policies})` });
+  for (const p of policies) {
+    const kind = p.kind === "rule" ? "Envoy rule" : p.kind === "" ? "no longer configured" : p.kind === "overflow" ? "counted together" : "";
+    charts.push([figure(box, "policy:" + p.name, p.name), {
+      format: (v) => rate(v) + "/s", unit: "decisions per second",
+      series: [
+        { label: "allowed", cls: "s-allowed", values: perSec(p.allowed) },
+        { label: "denied", cls: "s-denied", values: perSec(p.denied) },
+        { label: `degraded (fail ${mode})`, cls: "s-degraded", values: perSec(p.degraded) },
+      ],
+    }, [kind, p.text].filter(Boolean).join(": "),
+    `in the range: ${num(sum(p.allowed))} allowed, ${num(sum(p.denied))} denied, ${num(sum(p.degraded))} degraded (decided by the failure mode, fail ${mode})`]);
+  }
+  box.replaceChildren(...charts.map((c) => c[0]));
+  for (const [fig, opts, sub, totals] of charts) {
+    fig.querySelector(".sub").textContent = sub;
+    fig.querySelector(".totals").textContent = totals;
+    chart(fig, { from, to, xs, ...opts });
+  }
+}
+
+function setRange(r) {
+  if (!RANGES[r]) r = "1h";
+  range = r;
+  for (const b of document.querySelectorAll("[data-range]")) b.setAttribute("aria-pressed", String(b.dataset.range === r));
+  if (location.hash !== "#range=" + r) history.replaceState(null, "", "#range=" + r);
+  loadHistory();
+}
+
+// ---- Stats: v1/stats. ----
+
 function render(s) {
   const now = new Date(s.time);
   const dt = prev ? (now - new Date(prev.time)) / 1000 : 0;
+  failureMode = s.store.failure_mode;
 
   const ready = $("ready");
   ready.textContent = s.store.ready ? "ready" : "not ready";
@@ -123,60 +383,26 @@ function render(s) {
 
 function renderPolicies(s, dt) {
   const old = new Map((prev ? prev.policies : []).map((p) => [p.name, p]));
-  const rows = [];
-  const seen = new Set();
-  for (const p of s.policies) {
-    seen.add(p.name);
+  const rows = s.policies.map((p) => {
     const o = old.get(p.name);
-    const a = perSecond(p.allowed, o && o.allowed, dt);
-    const d = perSecond(p.denied, o && o.denied, dt);
-    const h = history.get(p.name) || [];
-    if (prev) h.push({ allowed: a || 0, denied: d || 0 });
-    while (h.length > HISTORY) h.shift();
-    history.set(p.name, h);
-
     const name = el("td", null, el("span", { text: p.name }));
     if (p.kind !== "policy") {
       name.append(el("span", { class: "kind", text: p.kind === "rule" ? "Envoy rule" : "no longer configured" }));
     }
     if (p.shadow_mode) name.append(el("span", { class: "kind", text: "shadow" }));
     if (p.track) name.append(el("span", { class: "kind", text: "tracked" }));
-    const spark = el("canvas", { width: "120", height: "24" });
-    drawSpark(spark, h);
-    rows.push(el("tr", null,
+    return el("tr", null,
       name,
       el("td", { class: "text", text: p.text || "—" }),
-      el("td", { class: "num allowed", text: rate(a) }),
-      el("td", { class: "num denied", text: rate(d) }),
-      el("td", null, spark),
+      el("td", { class: "num allowed", text: rate(perSecond(p.allowed, o && o.allowed, dt)) }),
+      el("td", { class: "num denied", text: rate(perSecond(p.denied, o && o.denied, dt)) }),
       el("td", { class: "num", text: num(p.allowed) }),
       el("td", { class: "num", text: num(p.denied) }),
       el("td", { class: "num" + (p.shadow_denials ? " warn" : ""), text: num(p.shadow_denials) }),
       el("td", { class: "num" + (p.degraded ? " bad" : ""), text: num(p.degraded) }),
-      el("td", { class: "num", text: num(p.over_limit_cache_hits) })));
-  }
-  for (const name of history.keys()) if (!seen.has(name)) history.delete(name);
+      el("td", { class: "num", text: num(p.over_limit_cache_hits) }));
+  });
   $("policies").tBodies[0].replaceChildren(...rows);
-}
-
-function drawSpark(canvas, h) {
-  const g = canvas.getContext("2d");
-  if (!g) return;
-  const w = canvas.width, ht = canvas.height;
-  g.clearRect(0, 0, w, ht);
-  const top = Math.max(1, ...h.map((p) => Math.max(p.allowed, p.denied)));
-  const css = getComputedStyle(document.documentElement);
-  for (const [field, color] of [["allowed", "--allowed"], ["denied", "--denied"]]) {
-    g.strokeStyle = css.getPropertyValue(color).trim() || "#888";
-    g.lineWidth = 1.5;
-    g.beginPath();
-    h.forEach((p, i) => {
-      const x = w - (h.length - 1 - i) * (w / (HISTORY - 1));
-      const y = ht - 1 - (p[field] / top) * (ht - 2);
-      if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
-    });
-    g.stroke();
-  }
 }
 
 function renderStoreCalls(s, dt) {
@@ -211,6 +437,8 @@ function renderStoreCalls(s, dt) {
   $("store-calls").tBodies[0].replaceChildren(...rows);
 }
 
+// ---- Top keys: v1/keys, and a key's usage: v1/keys/KEY/usage. ----
+
 // setupKeys builds one table per tracked policy, once per set of names.
 function setupKeys(names) {
   const key = names.join("\n");
@@ -218,6 +446,7 @@ function setupKeys(names) {
   trackedNames = key;
   const box = $("keys");
   keyViews.clear();
+  closeDrill();
   if (!names.length) {
     box.replaceChildren(el("p", { class: "note" }, "No policy has ", el("code", { text: "track" }), "."));
     return;
@@ -227,36 +456,28 @@ function setupKeys(names) {
     for (const o of ["requests", "denied", "last_seen"]) sort.append(el("option", { value: o, text: "by " + o.replace("_", " ") }));
     const status = el("span", { class: "note" });
     const tbody = el("tbody");
-    const view = { sort, tbody, status };
-    keyViews.set(name, view);
-    sort.addEventListener("change", () => loadKeys(name, view));
-    return el("div", null,
+    const view = el("div", { class: "key-view", "data-policy": name },
       el("div", { class: "keys-head" }, el("h3", { text: name }), sort, status),
-      el("table", null,
+      el("div", { class: "scroll" }, el("table", null,
         el("thead", null, el("tr", null,
           el("th", { text: "key" }), el("th", { class: "num", text: "requests" }),
           el("th", { class: "num", text: "denied" }), el("th", { text: "last seen" }), el("th", { text: "first seen" }))),
-        tbody));
+        tbody)));
+    const v = { sort, tbody, status, box: view };
+    keyViews.set(name, v);
+    sort.addEventListener("change", () => loadKeys(name, v));
+    return view;
   });
   box.replaceChildren(...sections);
   loadAllKeys();
 }
 
-// adminHeaders are the fields of a request to an admin endpoint.
-function adminHeaders() {
-  const headers = { Accept: "application/json" };
-  if (token) headers.Authorization = "Bearer " + token;
-  return headers;
-}
-
 async function loadKeys(name, view) {
   const q = new URLSearchParams({ policy: name, sort: view.sort.value, limit: "10" });
-  const headers = adminHeaders();
   try {
-    const res = await fetch("v1/keys?" + q, { headers, cache: "no-store", credentials: "omit" });
-    const body = await res.json();
+    const { res, body } = await request("v1/keys?" + q);
     if (!res.ok) {
-      view.status.textContent = (body.error && body.error.message) || "HTTP " + res.status;
+      view.status.textContent = errorText(res, body);
       view.status.className = "note bad";
       view.tbody.replaceChildren();
       return;
@@ -264,12 +485,16 @@ async function loadKeys(name, view) {
     const now = new Date();
     view.status.textContent = `${body.keys.length} shown`;
     view.status.className = "note";
-    const rows = body.keys.map((k) => el("tr", null,
-      el("td", { class: "key", text: k.key, title: k.key }),
-      el("td", { class: "num", text: num(k.requests) }),
-      el("td", { class: "num" + (k.denied ? " denied" : ""), text: num(k.denied) }),
-      el("td", { text: when(k.last_seen, now) }),
-      el("td", { text: new Date(k.first_seen).toLocaleString() })));
+    const rows = body.keys.map((k) => {
+      const open = el("button", { type: "button", class: "key-link", title: "usage of " + k.key + " over the last hour", text: k.key });
+      open.addEventListener("click", () => openDrill(name, k.key));
+      return el("tr", null,
+        el("td", { class: "key" }, open),
+        el("td", { class: "num", text: num(k.requests) }),
+        el("td", { class: "num" + (k.denied ? " denied" : ""), text: num(k.denied) }),
+        el("td", { text: when(k.last_seen, now) }),
+        el("td", { text: new Date(k.first_seen).toLocaleString() }));
+    });
     if (!rows.length) rows.push(el("tr", null, el("td", { colspan: "5", class: "note", text: "No key yet." })));
     view.tbody.replaceChildren(...rows);
   } catch (e) {
@@ -282,21 +507,78 @@ function loadAllKeys() {
   for (const [name, view] of keyViews) loadKeys(name, view);
 }
 
+function openDrill(policy, key) {
+  closeDrill();
+  const view = keyViews.get(policy);
+  if (!view) return;
+  const close = el("button", { type: "button", class: "close", text: "Close" });
+  close.addEventListener("click", closeDrill);
+  const fig = figure(view.box, "drill", key);
+  fig.querySelector(".sub").textContent = `${policy}, the last hour per minute`;
+  const status = el("p", { class: "note" }, "loading…");
+  const panel = el("div", { id: "drill", class: "drill" }, el("div", { class: "keys-head" }, el("h3", { text: "Usage of a key" }), close), status, fig);
+  view.box.append(panel);
+  drill = { policy, key, panel, fig, status };
+  loadDrill();
+}
+
+function closeDrill() {
+  if (drill) drill.panel.remove();
+  drill = null;
+}
+
+async function loadDrill() {
+  const d = drill;
+  if (!d) return;
+  const path = "v1/keys/" + encodeURIComponent(d.key) + "/usage?" + new URLSearchParams({ policy: d.policy, from: "-1h", step: "1m" });
+  try {
+    const { res, body } = await request(path);
+    if (drill !== d) return;
+    if (res.status === 404) {
+      d.status.replaceChildren("No series for this policy: track it with ", el("code", { text: "track 1m for 24h" }),
+        body && body.error && body.error.code !== "not_found" ? " (" + body.error.message + ")" : ".");
+      d.status.className = "note warn";
+      d.fig.hidden = true;
+      return;
+    }
+    if (!res.ok) {
+      d.status.textContent = "Cannot read the key's usage: " + errorText(res, body);
+      d.status.className = "note bad";
+      d.fig.hidden = true;
+      return;
+    }
+    d.fig.hidden = false;
+    const step = body.step_us / 1e6;
+    const xs = body.points.map((p) => Date.parse(p.t) + (step * 1000) / 2);
+    const per = "per " + (step === 60 ? "minute" : span(step));
+    d.fig.querySelector(".sub").textContent = `${body.policy}, ${per}, from ${clock(Date.parse(body.from))} to ${clock(Date.parse(body.to))}`;
+    chart(d.fig, {
+      from: Date.parse(body.from), to: Date.parse(body.to), xs, format: (v) => num(Math.round(v * 100) / 100), unit: "requests " + per,
+      series: [
+        { label: "requests", cls: "s-allowed", values: body.points.map((p) => p.requests) },
+        { label: "denied", cls: "s-denied", values: body.points.map((p) => p.denied) },
+      ],
+    });
+    const line = (name, s) => `${name}: ${num(s.sum)} in all, ${rate(s.mean)} ${per} on average, peak ${num(s.peak)}` +
+      (s.peak && s.peak_at ? ` at ${clock(Date.parse(s.peak_at))}` : "");
+    d.fig.querySelector(".totals").textContent = line("requests", body.requests) + "; " + line("denied", body.denied);
+    d.status.textContent = "";
+    d.status.className = "note";
+  } catch (e) {
+    if (drill !== d) return;
+    d.status.textContent = "Cannot read the key's usage: " + e.message;
+    d.status.className = "note bad";
+  }
+}
+
+// ---- Loops. ----
+
 async function poll() {
   try {
-    const res = await fetch("v1/stats", { headers: adminHeaders(), cache: "no-store", credentials: "omit" });
-    if (res.status === 401 || res.status === 403) {
-      let msg = "HTTP " + res.status;
-      try {
-        const body = await res.json();
-        if (body.error && body.error.message) msg = body.error.message;
-      } catch (e) { /* not JSON: keep the status */ }
-      throw new Error(msg + "; type the admin token below");
-    }
-    if (!res.ok) throw new Error("HTTP " + res.status);
-    const s = await res.json();
-    render(s);
-    prev = s;
+    const { res, body } = await request("v1/stats");
+    if (!res.ok) throw new Error(errorText(res, body));
+    render(body);
+    prev = body;
     $("problem").hidden = true;
   } catch (e) {
     const p = $("problem");
@@ -311,13 +593,23 @@ function useToken() {
   $("token").value = "";
   $("token-state").textContent = token ? "token in use (memory only)" : "no token";
   loadAllKeys();
-
+  loadHistory();
+  loadDrill();
 }
 
+let resizeTimer = 0;
 document.addEventListener("DOMContentLoaded", () => {
   $("use-token").addEventListener("click", useToken);
   $("token").addEventListener("keydown", (e) => { if (e.key === "Enter") useToken(); });
   $("forget-token").addEventListener("click", () => { $("token").value = ""; useToken(); });
+  for (const b of document.querySelectorAll("[data-range]")) b.addEventListener("click", () => setRange(b.dataset.range));
+  window.addEventListener("hashchange", () => setRange(location.hash.replace(/^#range=/, "")));
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => { if (lastHistory) renderHistory(lastHistory); }, 150);
+  });
+  setRange(location.hash.replace(/^#range=/, ""));
   poll();
   setInterval(loadAllKeys, KEYS_MS);
+  setInterval(() => { loadHistory(); loadDrill(); }, HISTORY_MS);
 });

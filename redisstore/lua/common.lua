@@ -18,9 +18,11 @@
 --            cluster slot), then, when the policy tracks usage, the usage
 --            hash <prefix>:{<policy>:<key>}:u
 --   args[1]  the policy's parameters, a string that never changes for a
---            policy: "<tag> <count_denied 0/1> <track 0/1> <retention µs>
---            <min TTL µs> <the algorithm's parameters…>" (see each file);
---            parsed once and kept in P, keyed by the string itself
+--            policy: "<tag> <count_denied 0/1> <track> <retention µs>
+--            <min TTL µs> <the algorithm's parameters…>" (see each file),
+--            track being 0, 1, or 1:<resolution µs>:<retention µs> for a
+--            usage series; parsed once and kept in P, keyed by the string
+--            itself
 --   args[2]  the call: n, the cost (1 to 2^53-1), as a little-endian
 --            IEEE double (8 bytes), followed, when the caller gives the
 --            time, by now in µs since the Unix epoch, also a double (16
@@ -160,7 +162,9 @@ local function params(s, parse)
   local p = P[s]
   if p then return p end
   local f = fields(s)
-  p = {cd = f[2] == '1', track = f[3] == '1', retention = tonumber(f[4]), min_ttl = tonumber(f[5])}
+  p = {cd = f[2] == '1', track = f[3] ~= '0', retention = tonumber(f[4]), min_ttl = tonumber(f[5])}
+  local res, keep = string.match(f[3], '^1:(%d+):(%d+)$')
+  if res then p.sres, p.skeep = tonumber(res), tonumber(keep) end
   parse(f, p)
   if PN >= 1000 then P, PN = {}, 0 end
   P[s], PN = p, PN + 1
@@ -198,6 +202,130 @@ local function track(key, now, n, allowed, expires, p)
   redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl))
 end
 
+-- A usage series (SPEC.md "Per-key usage series") lives in the same hash
+-- as the totals, so that a decision still writes one key more than its
+-- state, in one call:
+--   g     the resolution (µs) the series was written at; another policy's
+--         series is dropped by the next add
+--   b q e the newest bucket: its index k (it covers [k·g, (k+1)·g) µs), its
+--         requests and its denied; an add to it writes these three only
+--   <c>   (a decimal integer) the older buckets of chunk c, the buckets
+--         CHUNK·c to CHUNK·c + CHUNK − 1 that are not empty, oldest first,
+--         each a byte (k − CHUNK·c), then requests and denied as unsigned
+--         LEB128 varints (Go's binary.AppendUvarint): 3 to 5 bytes a
+--         bucket for everyday counts, so that a chunk stays within
+--         hash-max-listpack-value (64 bytes) and a dense day of minutes
+--         keeps the hash a listpack of about 100 fields
+--   o     the oldest chunk that may still be held
+-- When a new bucket opens, the newest is appended to its chunk (one HGET)
+-- if it still counts, and the chunks whose every bucket stopped counting
+-- are deleted (HDEL, from o on). Listings and series queries read the hash
+-- whole (HGETALL) and decode it in Go (redisstore/usage.go).
+local CHUNK = 16
+
+-- uvarint returns x (0 ≤ x ≤ 2^53-1) as an unsigned LEB128 varint.
+local function uvarint(x)
+  if x < 128 then return string.char(x) end
+  local t = {}
+  while x >= 128 do
+    local b = x % 128
+    t[#t + 1] = b + 128
+    x = (x - b) / 128
+  end
+  t[#t + 1] = x
+  return string.char(unpack(t))
+end
+
+-- track_series is track for a policy with a usage series: it also adds the
+-- add to the bucket of its time, which is last seen (a clock that went back
+-- records at the key's last add).
+local function track_series(key, now, n, allowed, expires, p)
+  local v = redis.call('HMGET', key, 'f', 'l', 'r', 'd', 'x', 'g', 'b', 'q', 'e', 'o')
+  local res, keep = p.sres, p.skeep
+  local first, last, requests, denied = now, now, 0, 0
+  local b, q, e, o
+  local g = tonumber(v[6])
+  local x0 = tonumber(v[5])
+  if x0 and x0 > now then
+    first = tonumber(v[1]) or now
+    last = tonumber(v[2]) or now
+    if now > last then last = now end
+    requests = tonumber(v[3]) or 0
+    denied = tonumber(v[4]) or 0
+    if g == res then
+      b, q, e, o = tonumber(v[7]), tonumber(v[8]), tonumber(v[9]), tonumber(v[10])
+    elseif g then
+      redis.call('DEL', key) -- another resolution's series; the totals are written again below
+      g = nil
+    end
+  elseif x0 then
+    redis.call('DEL', key) -- expired, not deleted yet: start afresh
+    g = nil
+  end
+  local dn = 0
+  if not allowed then dn = n end
+  requests = satadd(requests, n)
+  denied = satadd(denied, dn)
+  local k = floordiv(last, res)
+  local out = {'f', fmt(first), 'l', fmt(last), 'r', fmt(requests), 'd', fmt(denied)}
+  if b == k then
+    q = satadd(q, n)
+    if dn > 0 then
+      e = satadd(e, dn)
+      out[#out + 1] = 'e'
+      out[#out + 1] = fmt(e)
+    end
+    out[#out + 1] = 'q'
+    out[#out + 1] = fmt(q)
+  else
+    local o0 = o
+    if b then
+      local c = floordiv(b, CHUNK)
+      if b * res + keep > last then
+        -- The bucket still counts: pack it.
+        local rec = string.char(b - c * CHUNK) .. uvarint(q) .. uvarint(e)
+        local cur = redis.call('HGET', key, fmt(c))
+        if cur then rec = cur .. rec end
+        out[#out + 1] = fmt(c)
+        out[#out + 1] = rec
+        if not o then o = c end
+      end
+      if o then
+        -- Chunks before cmin hold no bucket that counts at last.
+        local cmin = floordiv(floordiv(last - keep, res) + 1, CHUNK)
+        if cmin > o then
+          local dead = {}
+          for i = o, math.min(cmin - 1, c) do dead[#dead + 1] = fmt(i) end
+          if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
+          o = cmin
+        end
+      end
+    end
+    b, q, e = k, n, dn
+    out[#out + 1] = 'b'
+    out[#out + 1] = fmt(b)
+    out[#out + 1] = 'q'
+    out[#out + 1] = fmt(q)
+    out[#out + 1] = 'e'
+    out[#out + 1] = fmt(e)
+    if o and o ~= o0 then
+      out[#out + 1] = 'o'
+      out[#out + 1] = fmt(o)
+    end
+  end
+  if g ~= res then
+    out[#out + 1] = 'g'
+    out[#out + 1] = fmt(res)
+  end
+  local x = expires
+  if last + p.retention > x then x = last + p.retention end
+  if k * res + keep > x then x = k * res + keep end
+  out[#out + 1] = 'x'
+  out[#out + 1] = fmt(x)
+  redis.call('HSET', key, unpack(out))
+  redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl))
+end
+
 -- entry returns the function of an algorithm, deciding or peeking: the
 -- body every call runs. It reads the parameters (parse(f, p) adds the
 -- algorithm's to p, and sets p.nkeys, the number of state keys; the usage
@@ -225,7 +353,11 @@ local function entry(parse, decide, peek)
     end
     local allowed, remaining, retry, reset, binding, expires = decide(keys, p, now, n, peek)
     if p.track and not peek then
-      track(keys[p.nkeys + 1], now, n, allowed, expires, p)
+      if p.sres then
+        track_series(keys[p.nkeys + 1], now, n, allowed, expires, p)
+      else
+        track(keys[p.nkeys + 1], now, n, allowed, expires, p)
+      end
     end
     local code = binding + binding
     if allowed then

@@ -57,6 +57,10 @@ type backend interface {
 	snapshotRange(ctx context.Context, zkey, hkey string, start, stop int64, ttl time.Duration) ([]string, []any, error)
 }
 
+// snapshotChunk is the most members of one command writing a listing's
+// snapshot.
+const snapshotChunk = 500
+
 // errNodeGone is scanNode's error for a master that is no longer one.
 var errNodeGone = errors.New("redisstore: the master scanned is no longer a master")
 
@@ -277,15 +281,20 @@ func (g goRedis) scanNode(ctx context.Context, addr string, cursor uint64, patte
 }
 
 func (g goRedis) snapshotAdd(ctx context.Context, zkey, hkey string, scores []float64, members, records []string, ttl time.Duration) error {
-	zs := make([]redis.Z, len(members))
-	hv := make([]any, 0, 2*len(members))
-	for i, m := range members {
-		zs[i] = redis.Z{Score: scores[i], Member: m}
-		hv = append(hv, m, records[i])
-	}
+	// Commands of at most snapshotChunk members, so that none holds the
+	// server for long (a ZADD of 5,000 members takes about 20 ms).
 	pipe := g.c.Pipeline()
-	pipe.ZAdd(ctx, zkey, zs...)
-	pipe.HSet(ctx, hkey, hv...)
+	for lo := 0; lo < len(members); lo += snapshotChunk {
+		hi := min(lo+snapshotChunk, len(members))
+		zs := make([]redis.Z, 0, hi-lo)
+		hv := make([]any, 0, 2*(hi-lo))
+		for i := lo; i < hi; i++ {
+			zs = append(zs, redis.Z{Score: scores[i], Member: members[i]})
+			hv = append(hv, members[i], records[i])
+		}
+		pipe.ZAdd(ctx, zkey, zs...)
+		pipe.HSet(ctx, hkey, hv...)
+	}
 	pipe.PExpire(ctx, zkey, ttl)
 	pipe.PExpire(ctx, hkey, ttl)
 	_, err := pipe.Exec(ctx)

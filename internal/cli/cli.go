@@ -1,5 +1,5 @@
 // Package cli is floodgate's command line: serve, check, allow, peek,
-// reset, keys, bench and version. It is the one package that wires stores,
+// reset, keys, usage, bench and version. It is the one package that wires stores,
 // service and transports together; cmd/floodgate only calls Main.
 package cli
 
@@ -50,9 +50,9 @@ var environment = []envVar{
 	{EnvRedisCluster, []string{"serve"}, "the Redis Cluster store, as --redis-cluster"},
 	{EnvRedisSentinel, []string{"serve"}, "the Redis store behind Sentinel, as --redis-sentinel"},
 	{EnvRedisPassword, []string{"serve"}, "the password of a cluster, or of the master behind sentinels"},
-	{EnvAdminToken, []string{"serve", "allow", "reset", "keys"}, "serve: the admin endpoints' bearer token (16+ characters); the others: the token to send"},
+	{EnvAdminToken, []string{"serve", "allow", "reset", "keys", "usage"}, "serve: the admin endpoints' bearer token (16+ characters); the others: the token to send"},
 	{EnvKeySecret, []string{"serve"}, "store an HMAC-SHA-256 of every key in Redis instead of the key (16+ bytes)"},
-	{EnvURL, []string{"allow", "peek", "reset", "keys", "bench"}, "the service's HTTP address (default " + defaultURL + ")"},
+	{EnvURL, []string{"allow", "peek", "reset", "keys", "usage", "bench"}, "the service's HTTP address (default " + defaultURL + ")"},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_*", []string{"serve"}, "export traces over OTLP/gRPC (OpenTelemetry's standard variables; off without them)"},
 }
 
@@ -95,6 +95,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		return e.reset(args[1:])
 	case "keys":
 		return e.keys(args[1:])
+	case "usage":
+		return e.usageCmd(args[1:])
 	case "bench":
 		return e.bench(args[1:])
 	case "config":
@@ -122,7 +124,8 @@ Usage:
   floodgate allow   [flags] POLICY KEY  ask a running service to decide a request
   floodgate peek    [flags] POLICY KEY  the same, recording nothing
   floodgate reset   [flags] POLICY KEY  forget a key's state (admin)
-  floodgate keys    [flags] POLICY      list a tracked policy's top keys (admin)
+  floodgate keys    [flags] POLICY      list a tracked policy's keys, top or page by page (admin)
+  floodgate usage   [flags] POLICY KEY  a key's usage series: a table and a sparkline (admin)
   floodgate bench   [flags]             load a limiter; report speed, latency and accuracy
   floodgate config  defaults|env        print every configuration field at its default, or
                                         the environment variables

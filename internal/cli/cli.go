@@ -161,10 +161,39 @@ func (e *environ) flags(name, synopsis, about string) *flag.FlagSet {
 	return fs
 }
 
+// aliasMark starts the usage of a flag that alias defined.
+const aliasMark = "\x00alias of "
+
+// alias defines -short as another name of the flag long, already defined:
+// both set the same value. --help lists it with long ("-c, --concurrency").
+func alias(fs *flag.FlagSet, short, long string) {
+	fs.Var(fs.Lookup(long).Value, short, aliasMark+long)
+}
+
+// longName returns the name of f, or of the flag f is an alias of.
+func longName(f *flag.Flag) string {
+	if long, ok := strings.CutPrefix(f.Usage, aliasMark); ok {
+		return long
+	}
+	return f.Name
+}
+
 func printFlags(w io.Writer, fs *flag.FlagSet) {
+	shorts := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) {
+		if long := longName(f); long != f.Name {
+			shorts[long] = f.Name
+		}
+	})
+	fs.VisitAll(func(f *flag.Flag) {
+		if longName(f) != f.Name {
+			return
+		}
 		arg, help := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
+		if s, ok := shorts[f.Name]; ok {
+			line = "  -" + s + ", --" + f.Name
+		}
 		if arg != "" {
 			line += " " + arg
 		}

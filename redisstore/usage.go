@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,7 +122,7 @@ func (s *Store) usageKey(policy, key string) string {
 }
 
 // usageHash is a usage hash read whole (common.lua, track and
-// track_series).
+// track_series): the totals, and a series' head (field s) and chunks.
 type usageHash struct {
 	first, last, requests, denied, expires int64
 	res                                    int64 // g: the series' resolution, 0 for none
@@ -140,8 +141,15 @@ func parseUsageHash(m map[string]string) (u usageHash, ok bool) {
 	if !num("f", &u.first) || !num("l", &u.last) || !num("r", &u.requests) || !num("d", &u.denied) || !num("x", &u.expires) {
 		return usageHash{}, false
 	}
-	if _, has := m["g"]; has && (!num("g", &u.res) || !num("b", &u.b) || !num("q", &u.q) || !num("e", &u.e) || u.res <= 0) {
-		u.res = 0 // a series we cannot read: none
+	if h := m["s"]; len(h) == 24 || len(h) == 32 {
+		var v [4]float64
+		for i := 0; i < len(h)/8; i++ {
+			v[i] = math.Float64frombits(binary.LittleEndian.Uint64([]byte(h[8*i:])))
+		}
+		u.b, u.q, u.res, u.e = int64(v[0]), int64(v[1]), int64(v[2]), int64(v[3])
+		if u.res <= 0 || u.q < 0 || u.e < 0 {
+			u.res = 0 // a series we cannot read: none
+		}
 	}
 	for f, v := range m {
 		if f == "" || f[0] < '0' || f[0] > '9' {

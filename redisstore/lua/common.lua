@@ -171,6 +171,14 @@ local function params(s, parse)
   return p
 end
 
+-- W is the scratch list of HSET's arguments, reused across calls (in a
+-- script it is new on each); wn counts those of this call.
+local W, wn = {}, 0
+local function w2(a, b)
+  W[wn + 1], W[wn + 2] = a, b
+  wn = wn + 2
+end
+
 -- track adds one add's usage to the hash key (SPEC.md "Per-key usage
 -- metadata"): f first seen, l last seen (µs), r costs asked, d costs
 -- denied, x when the usage expires (µs): the later of the state's expiry
@@ -178,49 +186,60 @@ end
 -- Redis has deleted the hash yet (it has not when the caller's clock runs
 -- ahead of the server's): the add starts it afresh. The key's TTL follows
 -- x; listings also compare x with the store's clock, which may be the
--- caller's.
+-- caller's. Only the fields that change are written (f when the usage
+-- starts, d on a denial), and x and the TTL only when x changes (or a
+-- minimum TTL is set).
 local function track(key, now, n, allowed, expires, p)
   local v = redis.call('HMGET', key, 'f', 'l', 'r', 'd', 'x')
-  local first, last, requests, denied = now, now, 0, 0
+  local dn = 0
+  if not allowed then dn = n end
+  local first, last, requests, denied = now, now, n, dn
   local x0 = tonumber(v[5])
-  if x0 and x0 > now then
-    first = tonumber(v[1]) or now
+  local live = x0 and x0 > now
+  if live then
     last = tonumber(v[2]) or now
     if now > last then last = now end
-    requests = tonumber(v[3]) or 0
-    denied = tonumber(v[4]) or 0
+    requests = satadd(tonumber(v[3]) or 0, n)
+    denied = satadd(tonumber(v[4]) or 0, dn)
   end
-  requests = satadd(requests, n)
-  if not allowed then denied = satadd(denied, n) end
   local x = expires
   if last + p.retention > x then x = last + p.retention end
   if x <= now then
     redis.call('DEL', key)
     return
   end
-  redis.call('HSET', key, 'f', fmt(first), 'l', fmt(last), 'r', fmt(requests), 'd', fmt(denied), 'x', fmt(x))
-  redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl))
+  wn = 0
+  if not live then w2('f', fmt(first)) end
+  w2('l', fmt(last))
+  w2('r', fmt(requests))
+  if dn > 0 or not live then w2('d', fmt(denied)) end
+  local newx = x ~= x0 or not live or p.min_ttl > 0
+  if newx then w2('x', fmt(x)) end
+  redis.call('HSET', key, unpack(W, 1, wn))
+  if newx then redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl)) end
 end
 
 -- A usage series (SPEC.md "Per-key usage series") lives in the same hash
 -- as the totals, so that a decision still writes one key more than its
 -- state, in one call:
---   g     the resolution (µs) the series was written at; another policy's
---         series is dropped by the next add
---   b q e the newest bucket: its index k (it covers [k·g, (k+1)·g) µs), its
---         requests and its denied; an add to it writes these three only
---   <c>   (a decimal integer) the older buckets of chunk c, the buckets
---         CHUNK·c to CHUNK·c + CHUNK − 1 that are not empty, oldest first,
---         each a byte (k − CHUNK·c), then requests and denied as unsigned
---         LEB128 varints (Go's binary.AppendUvarint): 3 to 5 bytes a
---         bucket for everyday counts, so that a chunk stays within
---         hash-max-listpack-value (64 bytes) and a dense day of minutes
---         keeps the hash a listpack of about 100 fields
---   o     the oldest chunk that may still be held
--- When a new bucket opens, the newest is appended to its chunk (one HGET)
--- if it still counts, and the chunks whose every bucket stopped counting
--- are deleted (HDEL, from o on). Listings and series queries read the hash
--- whole (HGETALL) and decode it in Go (redisstore/usage.go).
+--   s    the series' head, three or four little-endian doubles (24 or 32
+--        bytes): the newest bucket's index k (it covers [k·g, (k+1)·g)
+--        µs), its requests, g the resolution (µs) it was written at
+--        (another policy's series is dropped by the next add), and its
+--        denied when not 0
+--   <c>  (a decimal integer) the older buckets of chunk c, the buckets
+--        CHUNK·c to CHUNK·c + CHUNK − 1 that are not empty, oldest first,
+--        each a byte (k − CHUNK·c), then requests and denied as unsigned
+--        LEB128 varints (Go's binary.AppendUvarint): 3 to 5 bytes a bucket
+--        for everyday counts, so that a chunk stays within
+--        hash-max-listpack-value (64 bytes) and a dense day of minutes
+--        keeps the hash a listpack of about 100 fields
+-- An add to the newest bucket writes l, r (d when denied) and s, and x and
+-- the TTL only when x changes. When a new bucket opens, the newest is
+-- appended to its chunk (one HGET) if it still counts, and the chunks
+-- whose every bucket stopped counting since the newest opened are deleted
+-- (HDEL; those before were deleted when it opened). Listings and series queries read the hash whole (HGETALL) and
+-- decode it in Go (redisstore/usage.go).
 local CHUNK = 16
 
 -- uvarint returns x (0 ≤ x ≤ 2^53-1) as an unsigned LEB128 varint.
@@ -240,45 +259,55 @@ end
 -- add to the bucket of its time, which is last seen (a clock that went back
 -- records at the key's last add).
 local function track_series(key, now, n, allowed, expires, p)
-  local v = redis.call('HMGET', key, 'f', 'l', 'r', 'd', 'x', 'g', 'b', 'q', 'e', 'o')
+  local v = redis.call('HMGET', key, 'f', 'l', 'r', 'd', 'x', 's')
   local res, keep = p.sres, p.skeep
-  local first, last, requests, denied = now, now, 0, 0
-  local b, q, e, o
-  local g = tonumber(v[6])
+  local dn = 0
+  if not allowed then dn = n end
+  wn = 0
+  local first, last, requests, denied = now, now, n, 0
+  local b, q, e, g
   local x0 = tonumber(v[5])
-  if x0 and x0 > now then
-    first = tonumber(v[1]) or now
+  local live = x0 and x0 > now
+  if live then
     last = tonumber(v[2]) or now
     if now > last then last = now end
-    requests = tonumber(v[3]) or 0
+    requests = satadd(tonumber(v[3]) or 0, n)
     denied = tonumber(v[4]) or 0
-    if g == res then
-      b, q, e, o = tonumber(v[7]), tonumber(v[8]), tonumber(v[9]), tonumber(v[10])
-    elseif g then
-      redis.call('DEL', key) -- another resolution's series; the totals are written again below
-      g = nil
+    local h = v[6]
+    if h and #h == 24 then
+      b, q, g = struct.unpack('<ddd', h)
+      e = 0
+    elseif h and #h == 32 then
+      b, q, g, e = struct.unpack('<dddd', h)
+    end
+    if g ~= res then
+      if g then
+        -- Another resolution's series: dropped, the totals written again.
+        redis.call('DEL', key)
+        live = false
+        first = tonumber(v[1]) or now
+      end
+      b = nil
     end
   elseif x0 then
     redis.call('DEL', key) -- expired, not deleted yet: start afresh
-    g = nil
   end
-  local dn = 0
-  if not allowed then dn = n end
-  requests = satadd(requests, n)
-  denied = satadd(denied, dn)
+  if not live then
+    w2('f', fmt(first))
+  end
+  w2('l', fmt(last))
+  w2('r', fmt(requests))
+  if dn > 0 then
+    denied = satadd(denied, dn)
+    w2('d', fmt(denied))
+  elseif not live then
+    w2('d', fmt(denied))
+  end
   local k = floordiv(last, res)
-  local out = {'f', fmt(first), 'l', fmt(last), 'r', fmt(requests), 'd', fmt(denied)}
   if b == k then
     q = satadd(q, n)
-    if dn > 0 then
-      e = satadd(e, dn)
-      out[#out + 1] = 'e'
-      out[#out + 1] = fmt(e)
-    end
-    out[#out + 1] = 'q'
-    out[#out + 1] = fmt(q)
+    e = satadd(e, dn)
   else
-    local o0 = o
     if b then
       local c = floordiv(b, CHUNK)
       if b * res + keep > last then
@@ -286,44 +315,34 @@ local function track_series(key, now, n, allowed, expires, p)
         local rec = string.char(b - c * CHUNK) .. uvarint(q) .. uvarint(e)
         local cur = redis.call('HGET', key, fmt(c))
         if cur then rec = cur .. rec end
-        out[#out + 1] = fmt(c)
-        out[#out + 1] = rec
-        if not o then o = c end
+        w2(fmt(c), rec)
       end
-      if o then
-        -- Chunks before cmin hold no bucket that counts at last.
-        local cmin = floordiv(floordiv(last - keep, res) + 1, CHUNK)
-        if cmin > o then
-          local dead = {}
-          for i = o, math.min(cmin - 1, c) do dead[#dead + 1] = fmt(i) end
-          if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
-          o = cmin
-        end
+      -- The chunks before cmin(t) hold no bucket that counts at t. Those
+      -- before cmin(b·g) went when b opened (at a time of bucket b), so
+      -- the ones to delete now run from there.
+      local cmin = floordiv(floordiv(last - keep, res) + 1, CHUNK)
+      local from = floordiv(floordiv(b * res - keep, res) + 1, CHUNK)
+      local to = math.min(cmin - 1, c)
+      if to >= from then
+        local dead = {}
+        for i = from, to do dead[#dead + 1] = fmt(i) end
+        redis.call('HDEL', key, unpack(dead))
       end
     end
     b, q, e = k, n, dn
-    out[#out + 1] = 'b'
-    out[#out + 1] = fmt(b)
-    out[#out + 1] = 'q'
-    out[#out + 1] = fmt(q)
-    out[#out + 1] = 'e'
-    out[#out + 1] = fmt(e)
-    if o and o ~= o0 then
-      out[#out + 1] = 'o'
-      out[#out + 1] = fmt(o)
-    end
   end
-  if g ~= res then
-    out[#out + 1] = 'g'
-    out[#out + 1] = fmt(res)
+  if e > 0 then
+    w2('s', struct.pack('<dddd', b, q, res, e))
+  else
+    w2('s', struct.pack('<ddd', b, q, res))
   end
   local x = expires
   if last + p.retention > x then x = last + p.retention end
   if k * res + keep > x then x = k * res + keep end
-  out[#out + 1] = 'x'
-  out[#out + 1] = fmt(x)
-  redis.call('HSET', key, unpack(out))
-  redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl))
+  local newx = x ~= x0 or not live or p.min_ttl > 0
+  if newx then w2('x', fmt(x)) end
+  redis.call('HSET', key, unpack(W, 1, wn))
+  if newx then redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl)) end
 end
 
 -- entry returns the function of an algorithm, deciding or peeking: the

@@ -160,12 +160,20 @@ func TestCheck(t *testing.T) {
 // address.
 func serving(t *testing.T, env map[string]string, args ...string) string {
 	t.Helper()
+	addr, _ := servingLogs(t, env, args...)
+	return addr
+}
+
+// servingLogs is serving, with the service's log.
+func servingLogs(t *testing.T, env map[string]string, args ...string) (string, *syncBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
+	var out syncBuffer
+	errOut := &syncBuffer{}
 	done := make(chan int)
 	go func() {
 		done <- cli.Run(ctx, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, args...),
-			&out, &errOut, func(k string) string { return env[k] })
+			&out, errOut, func(k string) string { return env[k] })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -177,7 +185,7 @@ func serving(t *testing.T, env map[string]string, args ...string) string {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := re.FindStringSubmatch(errOut.String()); m != nil {
-			return m[1]
+			return m[1], errOut
 		}
 		select {
 		case code := <-done:
@@ -186,7 +194,7 @@ func serving(t *testing.T, env map[string]string, args ...string) string {
 		}
 	}
 	t.Fatalf("serve did not start:\n%s", errOut.String())
-	return ""
+	return "", nil
 }
 
 // TestClientCommands runs allow, peek, reset and keys against a service

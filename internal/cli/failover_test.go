@@ -22,6 +22,7 @@ type failoverLoad struct {
 	t      *testing.T
 	base   string
 	client *http.Client
+	logs   *syncBuffer
 
 	mu     sync.Mutex
 	events []failoverEvent
@@ -37,20 +38,22 @@ type failoverEvent struct {
 }
 
 // failoverPolicy is the test's configuration but for the store. The
-// store timeout is long enough that a busy machine never degrades a
-// healthy master's answer: a dead master's calls fail at once (its port
-// refuses connections), so the timeout does not slow the failover.
+// store timeout is long enough that a busy machine (the race detector on
+// 2 shared cores) never degrades a healthy master's answer by time alone:
+// a dead master's calls fail at once (its port refuses connections), so
+// the timeout does not slow the failover.
 const failoverPolicy = `policies:
   fo: "gcra 5/1h burst 5"
 failure:
   mode: open
 `
-const failoverTimeout = "  timeout: 1s\n" // appended to the store section
+const failoverTimeout = "  timeout: 5s\n" // appended to the store section
 
 func newFailoverLoad(t *testing.T, config string) *failoverLoad {
 	path := writeFile(t, "floodgate.yaml", failoverPolicy+config+failoverTimeout)
+	addr, logs := servingLogs(t, nil, "--config", path)
 	return &failoverLoad{
-		t: t, base: "http://" + serving(t, nil, "--config", path),
+		t: t, base: "http://" + addr, logs: logs,
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
 		stop:   make(chan struct{}),
 	}
@@ -250,6 +253,20 @@ func TestClusterFailover(t *testing.T) {
 	})
 	time.Sleep(4 * time.Second)
 	judge(t, l.finish(), func(k string) bool { return onFailed[k] }, killed, promoted)
+	l.showFailures()
+}
+
+// showFailures logs the service's warnings when the test failed: which
+// node failed, and how.
+func (l *failoverLoad) showFailures() {
+	if !l.t.Failed() {
+		return
+	}
+	for _, line := range strings.Split(l.logs.String(), "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			l.t.Log(line)
+		}
+	}
 }
 
 // TestSentinelFailover: the same through Redis Sentinel (a master, a
@@ -282,4 +299,5 @@ func TestSentinelFailover(t *testing.T) {
 	})
 	time.Sleep(4 * time.Second)
 	judge(t, l.finish(), func(string) bool { return true }, killed, promoted)
+	l.showFailures()
 }

@@ -25,6 +25,7 @@ const (
 	maxDuration = 100 * 365 * 24 * time.Hour // the longest window, period or retention
 	maxLimits   = 16                         // the most limits of one policy
 	maxNameLen  = 128                        // the longest policy name, in bytes
+	maxBuckets  = 100_000                    // the most buckets of a usage series
 )
 
 // Policy says how one class of requests is limited: the algorithm and its
@@ -97,6 +98,16 @@ type Policy struct {
 	// request, even once its limiter state is gone; 0 keeps it exactly as
 	// long as the state. Only valid with Track.
 	Retention time.Duration
+
+	// SeriesResolution and SeriesRetention, both set or both zero, keep a
+	// usage series per key beside the totals of Track: the costs asked and
+	// denied per bucket of SeriesResolution, for SeriesRetention (SPEC.md,
+	// "Per-key usage series"; the text form "track 1m for 24h"). The
+	// resolution is a whole number of seconds, at least 1s; the retention
+	// a whole multiple of it, at most 100,000 buckets and 100 years. Zero
+	// keeps no series. Only valid with Track.
+	SeriesResolution time.Duration
+	SeriesRetention  time.Duration
 }
 
 // Limit is one limit of a SlidingWindow or AR1 policy.
@@ -321,6 +332,7 @@ func (v *validator) params(p *Policy) {
 			v.duration("retention", p.Retention, true)
 		}
 	}
+	v.series(p)
 	v.unused(p)
 }
 
@@ -347,6 +359,29 @@ func (v *validator) unused(p *Policy) {
 	}
 	if p.MinInterval != 0 && alg != SlidingLog {
 		v.add("min_interval", formatDuration(p.MinInterval), not)
+	}
+}
+
+// series checks the usage series of a tracked policy (SPEC.md, "Per-key
+// usage series"), named as the text form writes it: "track <resolution>
+// for <retention>".
+func (v *validator) series(p *Policy) {
+	res, keep := p.SeriesResolution, p.SeriesRetention
+	if res == 0 && keep == 0 {
+		return
+	}
+	value := formatSeries(res, keep)
+	switch {
+	case !p.Track:
+		v.add("track", value, "a series only with track")
+	case res <= 0 || res%time.Second != 0:
+		v.add("track", value, "a resolution that is a whole number of seconds, at least 1s")
+	case keep <= 0 || keep%res != 0:
+		v.add("track", value, "a retention that is a whole multiple of the resolution")
+	case keep > maxDuration:
+		v.add("track", value, "a retention of at most 100 years (876000h)")
+	case keep/res > maxBuckets:
+		v.add("track", value, "at most 100000 buckets (retention / resolution)")
 	}
 }
 

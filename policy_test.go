@@ -141,6 +141,25 @@ func TestValidateRejects(t *testing.T) {
 			`floodgate: policy "p": align = "first": not a parameter of gcra`},
 		{"retention without track", with(gcra, func(p *floodgate.Policy) { p.Retention = time.Hour }),
 			`floodgate: policy "p": retention = 1h: only with track: true`},
+		{"series without track", with(gcra, func(p *floodgate.Policy) { p.SeriesResolution, p.SeriesRetention = time.Minute, time.Hour }),
+			`floodgate: policy "p": track = 1m for 1h: a series only with track`},
+		{"series without retention", with(gcra, func(p *floodgate.Policy) { p.Track, p.SeriesResolution = true, time.Minute }),
+			`floodgate: policy "p": track = 1m for 0s: a retention that is a whole multiple of the resolution`},
+		{"series resolution below a second", with(gcra, func(p *floodgate.Policy) {
+			p.Track, p.SeriesResolution, p.SeriesRetention = true, 500*time.Millisecond, time.Hour
+		}), `floodgate: policy "p": track = 500ms for 1h: a resolution that is a whole number of seconds, at least 1s`},
+		{"series resolution not whole seconds", with(gcra, func(p *floodgate.Policy) {
+			p.Track, p.SeriesResolution, p.SeriesRetention = true, 1500*time.Millisecond, 3*time.Second
+		}), `floodgate: policy "p": track = 1.5s for 3s: a resolution that is a whole number of seconds, at least 1s`},
+		{"series retention not a multiple", with(gcra, func(p *floodgate.Policy) {
+			p.Track, p.SeriesResolution, p.SeriesRetention = true, time.Minute, 90*time.Second
+		}), `floodgate: policy "p": track = 1m for 1m30s: a retention that is a whole multiple of the resolution`},
+		{"series of too many buckets", with(gcra, func(p *floodgate.Policy) {
+			p.Track, p.SeriesResolution, p.SeriesRetention = true, time.Second, 100_001*time.Second
+		}), `floodgate: policy "p": track = 1s for 27h46m41s: at most 100000 buckets (retention / resolution)`},
+		{"series beyond 100 years", with(gcra, func(p *floodgate.Policy) {
+			p.Track, p.SeriesResolution, p.SeriesRetention = true, 8760*time.Hour, 101*8760*time.Hour
+		}), `floodgate: policy "p": track = 8760h for 884760h: a retention of at most 100 years (876000h)`},
 	}
 	for _, c := range cases {
 		err := c.p.Validate()
@@ -189,6 +208,11 @@ func TestParsePolicy(t *testing.T) {
 				CountDenied: new(false), Track: true, Retention: 24 * time.Hour}},
 		{"sliding_window 1/5s resolution 1s, 5/1h resolution 10m", floodgate.Policy{Name: "p", Algorithm: floodgate.SlidingWindow,
 			Limits: []floodgate.Limit{{Max: 1, Window: 5 * time.Second, Resolution: time.Second}, {Max: 5, Window: time.Hour, Resolution: 10 * time.Minute}}}},
+		{"fixed_window 100/1m track 1m for 24h", floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Minute,
+			Track: true, SeriesResolution: time.Minute, SeriesRetention: 24 * time.Hour}},
+		{"gcra 5/1s track 60s for 1440m retention 720h", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Max: 5, Window: time.Second, Burst: 1,
+			Track: true, SeriesResolution: time.Minute, SeriesRetention: 24 * time.Hour, Retention: 720 * time.Hour}},
+		{"gcra 5/1s track true", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Max: 5, Window: time.Second, Burst: 1, Track: true}},
 		{"ar1 1.2/1s decay 2,5/10s decay 1.5", floodgate.Policy{Name: "p", Algorithm: floodgate.AR1,
 			Limits: []floodgate.Limit{{Max: 1.2, Resolution: time.Second, Decay: 2}, {Max: 5, Resolution: 10 * time.Second, Decay: 1.5}}}},
 	} {
@@ -225,6 +249,11 @@ func TestParsePolicyErrors(t *testing.T) {
 		{"token_bucket 5/1s", `floodgate: policy "p": burst = 0: an integer with 1 ≤ burst ≤ limit (5)`},
 		{"gcra 10/1s burst 0", `floodgate: policy "p": burst = 0: an integer from 1 to 2^53-1`},
 		{"5/1s min_interval soon", `floodgate: policy "p": min_interval = "soon": a Go duration such as "100ms" or "1m30s"`},
+		{"5/1s track 1m", `floodgate: policy "p": track = "1m": a series as "<resolution> for <retention>", such as "track 1m for 24h"`},
+		{"5/1s track 1m during 24h", `floodgate: policy "p": track = "1m during 24h": a series as "<resolution> for <retention>", such as "track 1m for 24h"`},
+		{"5/1s track 1m for a day", `floodgate: policy "p": track = "1m for a": a series as "<resolution> for <retention>", such as "1m for 24h"`},
+		{"5/1s track 1m for 90s", `floodgate: policy "p": track = 1m for 1m30s: a retention that is a whole multiple of the resolution`},
+		{"5/1s track false 1m for 1h", `floodgate: policy "p": policy text = "1m": an option: burst, align, min_interval, resolution, decay, count_denied, track or retention`},
 	} {
 		_, err := floodgate.ParsePolicy("p", c.text)
 		if err == nil {
@@ -249,6 +278,8 @@ func TestPolicyJSON(t *testing.T) {
 		"sliding_log 10/1s min_interval 100ms track retention 1h",
 		"sliding_window 1/5s resolution 1s, 5/1h resolution 10m",
 		"ar1 1.2/1s decay 2",
+		"fixed_window 100/1m track 1m for 24h",
+		"gcra 5/1s track 10s for 1h retention 48h",
 	} {
 		p := mustParse(t, text)
 		b, err := json.Marshal(p)
@@ -271,6 +302,17 @@ func TestPolicyJSON(t *testing.T) {
 	if p.Burst != 1 || p.Max != 5 || p.Window != time.Minute {
 		t.Errorf("gcra defaults: %+v", p)
 	}
+	// A series is the string of the text form; plain track is a bool.
+	for text, want := range map[string]string{
+		"fixed_window 100/1m track 1m for 24h": `"track":"1m for 24h"`,
+		"fixed_window 100/1m track":            `"track":true`,
+		"fixed_window 100/1m":                  `"align":"epoch"}`,
+	} {
+		b, _ := json.Marshal(mustParse(t, text))
+		if !strings.Contains(string(b), want) || strings.Count(string(b), "track") > 1 {
+			t.Errorf("%s: JSON %s, want it to hold %s", text, b, want)
+		}
+	}
 	for _, c := range []struct{ in, want string }{
 		{`{"algorithm": "gcra", "rate": "5/1m", "brust": 2}`, `json: a policy object with SPEC.md's fields: json: unknown field "brust"`},
 		{`{"algorithm": "token_bucket", "max": 5, "window": "1s", "burst": 1}`, `max = 5: not a parameter of token_bucket (its quota is limit)`},
@@ -282,6 +324,8 @@ func TestPolicyJSON(t *testing.T) {
 		{`{"algorithm": "gcra", "rate": "5/1s", "window": "1s"}`, `window = 1s: not a parameter of gcra`},
 		{`{"algorithm": "sliding_log", "max": 5, "window": "1s"}`, `window = 1s: not a parameter of sliding_log`},
 		{`{"algorithm": "bucket"}`, `algorithm = "bucket": one of`},
+		{`{"algorithm": "gcra", "rate": "5/1s", "track": "1m"}`, `track = "1m": a series as "<resolution> for <retention>"`},
+		{`{"algorithm": "gcra", "rate": "5/1s", "track": 1}`, `track = 1: true, false or a series such as "1m for 24h"`},
 	} {
 		var p floodgate.Policy
 		err := json.Unmarshal([]byte(c.in), &p)
@@ -299,6 +343,7 @@ func FuzzParsePolicy(f *testing.F) {
 		"sliding_log 10/1s min_interval 100ms", "sliding_window 1/5s resolution 1s, 5/1h resolution 10m",
 		"ar1 5/1s decay 2", "ar1 1.2/1s decay 2, 3/1m decay 1.1 count_denied true track retention 1h",
 		"gcra 1/876000h burst 1", ",,", "5/", "/1s", "sliding_window 1/1us resolution 1us",
+		"fixed_window 3/1m track 1m for 24h retention 48h", "5/1s track 1s for 1s", "5/1s track 1m for",
 	} {
 		f.Add(s)
 	}

@@ -12,20 +12,20 @@ import (
 // Numbers stay json.Number so that integers beyond 2^53 are not rounded
 // before they are checked.
 type policyJSON struct {
-	Name        string       `json:"name,omitempty"`
-	Algorithm   string       `json:"algorithm"`
-	Limits      []limitJSON  `json:"limits,omitempty"`
-	Max         *json.Number `json:"max,omitempty"`
-	Limit       *json.Number `json:"limit,omitempty"`
-	Window      string       `json:"window,omitempty"`
-	Align       string       `json:"align,omitempty"`
-	Burst       *json.Number `json:"burst,omitempty"`
-	Interval    string       `json:"interval,omitempty"`
-	MinInterval string       `json:"min_interval,omitempty"`
-	Rate        string       `json:"rate,omitempty"`
-	CountDenied *bool        `json:"count_denied,omitempty"`
-	Track       bool         `json:"track,omitempty"`
-	Retention   string       `json:"retention,omitempty"`
+	Name        string          `json:"name,omitempty"`
+	Algorithm   string          `json:"algorithm"`
+	Limits      []limitJSON     `json:"limits,omitempty"`
+	Max         *json.Number    `json:"max,omitempty"`
+	Limit       *json.Number    `json:"limit,omitempty"`
+	Window      string          `json:"window,omitempty"`
+	Align       string          `json:"align,omitempty"`
+	Burst       *json.Number    `json:"burst,omitempty"`
+	Interval    string          `json:"interval,omitempty"`
+	MinInterval string          `json:"min_interval,omitempty"`
+	Rate        string          `json:"rate,omitempty"`
+	CountDenied *bool           `json:"count_denied,omitempty"`
+	Track       json.RawMessage `json:"track,omitempty"` // true, false or "1m for 24h"
+	Retention   string          `json:"retention,omitempty"`
 }
 
 type limitJSON struct {
@@ -38,7 +38,13 @@ type limitJSON struct {
 // MarshalJSON returns the policy in SPEC.md's JSON form:
 // {"name":"api","algorithm":"gcra","rate":"100/1s","burst":10}.
 func (p Policy) MarshalJSON() ([]byte, error) {
-	j := policyJSON{Name: p.Name, Algorithm: string(p.Algorithm), Track: p.Track, CountDenied: p.CountDenied}
+	j := policyJSON{Name: p.Name, Algorithm: string(p.Algorithm), CountDenied: p.CountDenied}
+	switch {
+	case p.SeriesResolution != 0 || p.SeriesRetention != 0:
+		j.Track, _ = json.Marshal(formatSeries(p.SeriesResolution, p.SeriesRetention))
+	case p.Track:
+		j.Track = json.RawMessage("true")
+	}
 	num := func(n int64) *json.Number {
 		v := json.Number(strconv.FormatInt(n, 10))
 		return &v
@@ -109,9 +115,26 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		return &PolicyError{Policy: j.Name, Field: "json", Allowed: "a policy object with SPEC.md's fields: " + err.Error()}
 	}
 	a := Algorithm(j.Algorithm)
-	q := Policy{Name: j.Name, Algorithm: a, Track: j.Track, CountDenied: j.CountDenied}
+	q := Policy{Name: j.Name, Algorithm: a, CountDenied: j.CountDenied}
 	perr := func(field, value, allowed string) error {
 		return &PolicyError{Policy: j.Name, Field: field, Value: value, Allowed: allowed}
+	}
+	if len(j.Track) > 0 {
+		var on bool
+		var series string
+		switch {
+		case json.Unmarshal(j.Track, &on) == nil:
+			q.Track = on
+		case json.Unmarshal(j.Track, &series) == nil:
+			res, keep, err := parseSeries(series)
+			if err != nil {
+				err.(*PolicyError).Policy = j.Name
+				return err
+			}
+			q.Track, q.SeriesResolution, q.SeriesRetention = true, res, keep
+		default:
+			return perr("track", string(j.Track), `true, false or a series such as "1m for 24h"`)
+		}
 	}
 	if !a.valid() {
 		return perr("algorithm", quote(j.Algorithm), algorithmList)

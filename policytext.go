@@ -24,8 +24,9 @@ import (
 // sliding_window limit and max/resolution of an ar1 limit. Options are
 // "burst N", "align epoch|first", "min_interval D", "resolution D" and
 // "decay F" (for the clause they follow), "count_denied [true|false]",
-// "track [true|false]" and "retention D". Durations are Go durations
-// ("250ms", "1m30s"). Policy.String returns this form.
+// "track [true|false]", "track R for D" (a usage series: per bucket of R,
+// kept D) and "retention D". Durations are Go durations ("250ms",
+// "1m30s"). Policy.String returns this form.
 //
 // The result is validated; an error wraps ErrInvalidPolicy and names the
 // part of the text at fault.
@@ -192,6 +193,19 @@ func parseOptions(p *Policy, lim *Limit, toks []string) error {
 			b := boolean()
 			p.CountDenied = &b
 		case "track":
+			if i+1 < len(toks) && toks[i+1] != "true" && toks[i+1] != "false" && isDurationToken(toks[i+1]) {
+				if i+3 >= len(toks) || toks[i+2] != "for" {
+					return &PolicyError{Field: "track", Value: quote(strings.Join(toks[i+1:min(i+4, len(toks))], " ")),
+						Allowed: `a series as "<resolution> for <retention>", such as "track 1m for 24h"`}
+				}
+				res, keep, err := parseSeries(toks[i+1] + " for " + toks[i+3])
+				if err != nil {
+					return err
+				}
+				p.Track, p.SeriesResolution, p.SeriesRetention = true, res, keep
+				i += 3
+				continue
+			}
 			p.Track = boolean()
 		default:
 			return &PolicyError{Field: "policy text", Value: quote(opt),
@@ -199,6 +213,35 @@ func parseOptions(p *Policy, lim *Limit, toks []string) error {
 		}
 	}
 	return nil
+}
+
+// isDurationToken reports whether tok starts like a duration: a digit.
+func isDurationToken(tok string) bool {
+	return tok != "" && ('0' <= tok[0] && tok[0] <= '9' || tok[0] == '.')
+}
+
+// parseSeries parses a usage series, "<resolution> for <retention>" (the
+// text form's "track 1m for 24h", and JSON's "track": "1m for 24h"). It
+// checks the syntax only; Validate checks the bounds.
+func parseSeries(s string) (res, keep time.Duration, err error) {
+	bad := &PolicyError{Field: "track", Value: quote(s), Allowed: `a series as "<resolution> for <retention>", such as "1m for 24h"`}
+	f := strings.Fields(s)
+	if len(f) != 3 || f[1] != "for" {
+		return 0, 0, bad
+	}
+	if res, err = time.ParseDuration(f[0]); err != nil {
+		return 0, 0, bad
+	}
+	if keep, err = time.ParseDuration(f[2]); err != nil {
+		return 0, 0, bad
+	}
+	return res, keep, nil
+}
+
+// formatSeries formats a usage series as parseSeries reads it: "1m for
+// 24h".
+func formatSeries(res, keep time.Duration) string {
+	return formatDuration(res) + " for " + formatDuration(keep)
 }
 
 // String returns the policy's parameters in the text form ParsePolicy
@@ -247,6 +290,10 @@ func (p Policy) String() string {
 	}
 	if p.Track {
 		b.WriteString(" track")
+		if p.SeriesResolution != 0 || p.SeriesRetention != 0 {
+			b.WriteByte(' ')
+			b.WriteString(formatSeries(p.SeriesResolution, p.SeriesRetention))
+		}
 	}
 	if p.Retention != 0 {
 		b.WriteString(" retention ")

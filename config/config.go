@@ -690,8 +690,10 @@ func (r *reader) policyJSON(fs map[string]field, path string) (m map[string]any,
 			v, good = r.limitsJSON(f.value, fp)
 		case "max", "limit", "burst":
 			v, good = r.number(f.value, fp)
-		case "count_denied", "track":
+		case "count_denied":
 			v, good = r.boolean(f.value, fp)
+		case "track":
+			v, good = r.track(f.value, fp)
 		default:
 			v, good = r.str(f.value, fp)
 		}
@@ -699,6 +701,23 @@ func (r *reader) policyJSON(fs map[string]field, path string) (m map[string]any,
 		ok = ok && good
 	}
 	return m, ok
+}
+
+// track reads a policy's track: true, false, or a usage series as its
+// text form writes it ("1m for 24h"), which the policy's JSON form checks.
+func (r *reader) track(n *yaml.Node, path string) (any, bool) {
+	s, ok := r.scalar(n, path, `true, false or a series such as "1m for 24h"`)
+	if !ok {
+		return nil, false
+	}
+	switch {
+	case s == "true" || s == "false":
+		return s == "true", true
+	case strings.Contains(s, " for "):
+		return s, true
+	}
+	r.errorf(n, path, `want true, false or a series such as "1m for 24h", found %q`, s)
+	return nil, false
 }
 
 // limitsJSON returns the limits of a sliding_window or ar1 policy in their

@@ -267,7 +267,7 @@ policies:
     limits: 5
 `, []string{
 			`f.yaml:4: policies.uploads.limit: want a number, found "many"`,
-			`f.yaml:6: policies.uploads.track: want true or false, found "yes"`,
+			`f.yaml:6: policies.uploads.track: want true, false or a series such as "1m for 24h", found "yes"`,
 			`f.yaml:10: policies.login.limits[0].max: want a number, found "x"`,
 			`f.yaml:11: policies.login.limits[1]: want a mapping (key: value lines), found "5"`,
 			`f.yaml:12: policies.login.limits[2].windw: unknown field; allowed here: max, window, resolution, decay`,
@@ -1020,5 +1020,39 @@ func TestWildcardMatch(t *testing.T) {
 		if got := WildcardMatch(c.pattern, c.s); got != c.want {
 			t.Errorf("WildcardMatch(%q, %q) = %v, want %v", c.pattern, c.s, got, c.want)
 		}
+	}
+}
+
+// TestPolicyTrackSeries: a usage series in both policy forms, "track 1m
+// for 24h" in the text and track: 1m for 24h in a mapping; a bad series
+// is reported at its line.
+func TestPolicyTrackSeries(t *testing.T) {
+	cfg, err := Parse(src("f.yaml", `
+policies:
+  api: "gcra 10/1s burst 20 track 1m for 24h"
+  uploads:
+    algorithm: fixed_window
+    max: 100
+    window: 1m
+    track: 10s for 1h
+    retention: 48h
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Policies) != 2 || cfg.Policies[0].String() != "gcra 10/1s burst 20 track 1m for 24h" ||
+		cfg.Policies[1].String() != "fixed_window 100/1m track 10s for 1h retention 48h" {
+		t.Errorf("policies: %v", cfg.Policies)
+	}
+	_, err = Parse(src("f.yaml", `
+policies:
+  uploads:
+    algorithm: fixed_window
+    max: 100
+    window: 1m
+    track: 1m for 90s
+`))
+	if err == nil || !strings.Contains(err.Error(), "f.yaml:6: policies.uploads.track: 1m for 1m30s: want a retention that is a whole multiple of the resolution") {
+		t.Errorf("a bad series: %v", err)
 	}
 }

@@ -79,6 +79,16 @@ type ProjectStep struct {
 	Used int64
 
 	Expect *ProjectExpect
+
+	// The usage queries (ops series and list, SPEC.md "Per-key usage
+	// series"): From and To in µs since the Unix epoch (nil: the query's
+	// default), Step; Sort, Order, Window and Limit (the page size) as the
+	// vector gives them.
+	From, To    *int64
+	Step        time.Duration
+	Sort, Order string
+	Window      time.Duration
+	Limit       int
 }
 
 // ProjectExpect is Expect with the fields of the new sections.
@@ -86,6 +96,41 @@ type ProjectExpect struct {
 	Expect
 	Granted *int64 `json:"granted,omitempty"`
 	Member  *int32 `json:"member,omitempty"`
+
+	// Series is what a series query returns; Keys every page of a
+	// listing, in order; Error the parameter a query's error names.
+	Series *SeriesExpect `json:"series,omitempty"`
+	Keys   *[]KeyExpect  `json:"keys,omitempty"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// SeriesExpect is a summarized series: points as [t_us, requests,
+// denied], times as offsets from BaseMicros.
+type SeriesExpect struct {
+	Points   [][3]int64  `json:"points"`
+	Requests StatsExpect `json:"requests"`
+	Denied   StatsExpect `json:"denied"`
+}
+
+// StatsExpect is the summary of one count; PeakAtUS is absent when there
+// is no peak.
+type StatsExpect struct {
+	Sum      int64   `json:"sum"`
+	Mean     float64 `json:"mean"`
+	Peak     int64   `json:"peak"`
+	PeakAtUS *int64  `json:"peak_at_us,omitempty"`
+}
+
+// KeyExpect is one listed key; times are offsets from BaseMicros, and the
+// window's sums are checked when present.
+type KeyExpect struct {
+	Key            string `json:"key"`
+	Requests       int64  `json:"requests"`
+	Denied         int64  `json:"denied"`
+	FirstSeenUS    int64  `json:"first_seen_us"`
+	LastSeenUS     int64  `json:"last_seen_us"`
+	WindowRequests *int64 `json:"window_requests,omitempty"`
+	WindowDenied   *int64 `json:"window_denied,omitempty"`
 }
 
 // ProjectVectors returns the project's own vectors embedded in this
@@ -133,6 +178,14 @@ type projectStepJSON struct {
 	ID     string         `json:"id"`
 	Used   *int64         `json:"used"`
 	Expect *ProjectExpect `json:"expect"`
+
+	FromUS *int64 `json:"from_us"`
+	ToUS   *int64 `json:"to_us"`
+	Step   string `json:"step"`
+	Sort   string `json:"sort"`
+	Order  string `json:"order"`
+	Window string `json:"window"`
+	Limit  int    `json:"limit"`
 }
 
 // ParseProjectVectors decodes a file of the project's vectors (a JSON array
@@ -227,6 +280,41 @@ func ParseProjectVectors(data []byte, file string) ([]ProjectVector, error) {
 					}
 					ids[s.ID] = true
 				}
+			case "series", "list":
+				if v.Group {
+					return nil, fail("%s: usage queries name one policy, not a group", s.Op)
+				}
+				if s.Key == "" || len(s.Keys) > 0 {
+					return nil, fail("%s: want key", s.Op)
+				}
+				step.Keys = []string{s.Key}
+				base := BaseMicros
+				if absolute {
+					base = 0
+				}
+				if s.FromUS != nil {
+					step.From = new(base + *s.FromUS)
+				}
+				if s.ToUS != nil {
+					step.To = new(base + *s.ToUS)
+				}
+				for _, d := range []struct {
+					name, s string
+					dst     *time.Duration
+				}{{"step", s.Step, &step.Step}, {"window", s.Window, &step.Window}} {
+					if d.s == "" {
+						continue
+					}
+					var err error
+					if *d.dst, err = time.ParseDuration(d.s); err != nil {
+						return nil, fail("%s: %v", d.name, err)
+					}
+				}
+				step.Sort, step.Order, step.Limit = s.Sort, s.Order, s.Limit
+				if s.Expect == nil || (s.Op == "series") != (s.Expect.Series != nil) && s.Expect.Error == "" ||
+					(s.Op == "list") != (s.Expect.Keys != nil) && s.Expect.Error == "" {
+					return nil, fail("%s: want expect with %s, or error", s.Op, map[string]string{"series": "series", "list": "keys"}[s.Op])
+				}
 			case "settle":
 				if !ids[s.ID] {
 					return nil, fail("settle of %q, which no earlier reserve made", s.ID)
@@ -236,7 +324,7 @@ func ParseProjectVectors(data []byte, file string) ([]ProjectVector, error) {
 				}
 				step.Used = *s.Used
 			default:
-				return nil, fail("op %q, want add, peek, reset, add_at_most, peek_at_most, reserve, settle or refund", s.Op)
+				return nil, fail("op %q, want add, peek, reset, add_at_most, peek_at_most, reserve, settle, refund, series or list", s.Op)
 			}
 			v.Steps = append(v.Steps, step)
 		}

@@ -89,7 +89,8 @@ func (h *Harness) name(s string) string {
 // Run checks the store described by h against SPEC.md: every public vector
 // and those of the folder named by FLOODGATE_VECTORS, then the properties
 // of a store (peek, reset, independent keys, no over-admission under
-// concurrency, bad requests, usage tracking for a UsageLister, Close).
+// concurrency, bad requests, usage tracking, series and paged listings
+// for a usage.Lister, Close).
 func Run(t *testing.T, h Harness) {
 	if h.NewStore == nil {
 		t.Fatal("floodgatetest: Harness.NewStore is nil")
@@ -121,6 +122,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("InvalidRequests", h.testInvalid)
 	t.Run("Usage", h.testUsage)
 	t.Run("UsageExpiresWithState", h.testUsageExpires)
+	t.Run("UsageVectors", h.testUsageVectors)
+	t.Run("UsageSeries", h.testUsageSeries)
+	t.Run("UsagePaging", h.testUsagePaging)
 	t.Run("Close", h.testClose)
 }
 

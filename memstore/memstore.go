@@ -91,6 +91,7 @@ type Store struct {
 	done      chan struct{}
 
 	policies *storekit.Cache[struct{}] // what Take validated
+	lists    listings                  // the snapshots of paged listings (ListKeys)
 
 	bound   int   // most entries held; 0: no bound
 	errFull error // wraps ErrFull; made once, so that a refusal allocates nothing
@@ -139,16 +140,22 @@ type entry struct {
 	use    *keyUsage // nil until the policy tracks usage
 }
 
-// keyUsage is the tracked usage of an entry (SPEC.md, per-key usage metadata).
+// keyUsage is the tracked usage of an entry (SPEC.md, "Per-key usage
+// metadata" and "Per-key usage series").
 type keyUsage struct {
-	first, last                 int64 // µs
-	requests, denied, retention int64
+	first, last      int64 // µs
+	requests, denied int64
+	// until is when the usage goes, unless the state lives longer (µs):
+	// the later of last + retention and the end of the newest bucket's
+	// counting.
+	until  int64
+	series *keySeries // nil: the policy keeps no series
 }
 
 // keep reports whether e holds anything at now: limiter state or tracked
 // usage within its retention.
 func (e *entry) keep(now int64) bool {
-	return !e.st.Empty(now) || e.use != nil && now < e.use.last+e.use.retention
+	return !e.st.Empty(now) || e.use != nil && now < e.use.until
 }
 
 // Option configures a Store.
@@ -471,11 +478,23 @@ func (e *entry) track(p *floodgate.Policy, now, n int64, allowed, live bool) {
 		*u = keyUsage{first: now}
 	}
 	u.last = max(u.last, now)
-	u.retention = int64(p.Retention / time.Microsecond)
 	u.requests = algo.SatAdd(u.requests, n)
 	if !allowed {
 		u.denied = algo.SatAdd(u.denied, n)
 	}
+	u.until = u.last + int64(p.Retention/time.Microsecond)
+	if p.SeriesResolution == 0 {
+		u.series = nil
+		return
+	}
+	// The add is recorded at the key's last add, which a clock that went
+	// back does not move.
+	res, keep := int64(p.SeriesResolution/time.Microsecond), int64(p.SeriesRetention/time.Microsecond)
+	if u.series == nil || u.series.res != res {
+		u.series = &keySeries{res: res}
+	}
+	u.series.record(u.last, keep, n, !allowed)
+	u.until = max(u.until, u.series.k*res+keep)
 }
 
 // insert adds e under hash h, making room first when the shard is full

@@ -3,8 +3,10 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -35,7 +37,32 @@ type backend interface {
 	// hmget reads fields of many hashes in one round trip per node; a
 	// missing hash gives a nil row.
 	hmget(ctx context.Context, keys []string, fields ...string) ([][]any, error)
+	// hgetall reads whole hashes in one round trip per node; a missing
+	// hash gives an empty map.
+	hgetall(ctx context.Context, keys []string) ([]map[string]string, error)
+	// masters returns the addresses of the masters, sorted: a cluster's,
+	// or the one server of a client that is not a cluster.
+	masters(ctx context.Context) ([]string, error)
+	// scanNode runs one SCAN cursor MATCH pattern COUNT count on the
+	// master at addr, and returns its keys and next cursor; errNodeGone
+	// when no master has that address any more.
+	scanNode(ctx context.Context, addr string, cursor uint64, pattern string, count int64) ([]string, uint64, error)
+	// snapshotAdd adds members with their scores to the sorted set zkey
+	// and their records to the hash hkey (zkey and hkey share a slot), and
+	// makes both expire ttl later, in one round trip.
+	snapshotAdd(ctx context.Context, zkey, hkey string, scores []float64, members, records []string, ttl time.Duration) error
+	// snapshotRange returns the members of ranks start to stop of zkey and
+	// their records in hkey (nil for a missing one), and makes both expire
+	// ttl later.
+	snapshotRange(ctx context.Context, zkey, hkey string, start, stop int64, ttl time.Duration) ([]string, []any, error)
 }
+
+// snapshotChunk is the most members of one command writing a listing's
+// snapshot.
+const snapshotChunk = 500
+
+// errNodeGone is scanNode's error for a master that is no longer one.
+var errNodeGone = errors.New("redisstore: the master scanned is no longer a master")
 
 // callKind is how a call reaches its Lua.
 type callKind uint8
@@ -191,6 +218,106 @@ func (g goRedis) hmget(ctx context.Context, keys []string, fields ...string) ([]
 		rows[i] = c.Val()
 	}
 	return rows, nil
+}
+
+func (g goRedis) hgetall(ctx context.Context, keys []string) ([]map[string]string, error) {
+	pipe := g.c.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HGetAll(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]map[string]string, len(keys))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+// nodes returns the masters' clients by address.
+func (g goRedis) nodes(ctx context.Context) (map[string]*redis.Client, error) {
+	switch c := g.c.(type) {
+	case *redis.ClusterClient:
+		var mu sync.Mutex
+		m := map[string]*redis.Client{}
+		err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			mu.Lock()
+			m[n.Options().Addr] = n
+			mu.Unlock()
+			return nil
+		})
+		return m, err
+	case *redis.Client:
+		return map[string]*redis.Client{c.Options().Addr: c}, nil
+	}
+	return nil, errors.New("redisstore: paged listing needs a *redis.Client or *redis.ClusterClient")
+}
+
+func (g goRedis) masters(ctx context.Context) ([]string, error) {
+	m, err := g.nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	addrs := make([]string, 0, len(m))
+	for a := range m {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	return addrs, nil
+}
+
+func (g goRedis) scanNode(ctx context.Context, addr string, cursor uint64, pattern string, count int64) ([]string, uint64, error) {
+	m, err := g.nodes(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	n := m[addr]
+	if n == nil {
+		return nil, 0, errNodeGone
+	}
+	return n.Scan(ctx, cursor, pattern, count).Result()
+}
+
+func (g goRedis) snapshotAdd(ctx context.Context, zkey, hkey string, scores []float64, members, records []string, ttl time.Duration) error {
+	// Commands of at most snapshotChunk members, so that none holds the
+	// server for long (a ZADD of 5,000 members takes about 20 ms).
+	pipe := g.c.Pipeline()
+	for lo := 0; lo < len(members); lo += snapshotChunk {
+		hi := min(lo+snapshotChunk, len(members))
+		zs := make([]redis.Z, 0, hi-lo)
+		hv := make([]any, 0, 2*(hi-lo))
+		for i := lo; i < hi; i++ {
+			zs = append(zs, redis.Z{Score: scores[i], Member: members[i]})
+			hv = append(hv, members[i], records[i])
+		}
+		pipe.ZAdd(ctx, zkey, zs...)
+		pipe.HSet(ctx, hkey, hv...)
+	}
+	pipe.PExpire(ctx, zkey, ttl)
+	pipe.PExpire(ctx, hkey, ttl)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+func (g goRedis) snapshotRange(ctx context.Context, zkey, hkey string, start, stop int64, ttl time.Duration) ([]string, []any, error) {
+	pipe := g.c.Pipeline()
+	rng := pipe.ZRange(ctx, zkey, start, stop)
+	pipe.PExpire(ctx, zkey, ttl)
+	pipe.PExpire(ctx, hkey, ttl)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, err
+	}
+	members := rng.Val()
+	if len(members) == 0 {
+		return nil, nil, nil
+	}
+	recs, err := g.c.HMGet(ctx, hkey, members...).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	return members, recs, nil
 }
 
 // Errors that mean a call did not run, so that sending it again cannot

@@ -339,7 +339,11 @@ func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 		params = []string{num(p.Max), us(p.Window), us(p.MinInterval)}
 		pr.limits = []int64{p.Max}
 	}
-	pr.params = strings.Join(append([]string{tag, flag(storekit.CountsDenied(p)), flag(p.Track), us(p.Retention), num(s.minTTL)}, params...), " ")
+	track := flag(p.Track)
+	if p.Track && p.SeriesResolution != 0 {
+		track = "1:" + us(p.SeriesResolution) + ":" + us(p.SeriesRetention)
+	}
+	pr.params = strings.Join(append([]string{tag, flag(storekit.CountsDenied(p)), track, us(p.Retention), num(s.minTTL)}, params...), " ")
 	return pr, nil
 }
 
@@ -355,6 +359,16 @@ func tagSafe(key string) string {
 }
 
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// tagUnsafe undoes tagSafe, for keys read back from Redis (listings).
+func tagUnsafe(key string) string {
+	if !strings.Contains(key, "%") {
+		return key
+	}
+	return tagUnescaper.Replace(key)
+}
+
+var tagUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
 
 // storedKey returns the key as stored: the key itself, or its HMAC.
 func (s *Store) storedKey(key string) string {

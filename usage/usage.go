@@ -1,7 +1,9 @@
 // Package usage is floodgate's per-key usage tracking, as stores keep it
-// for policies with Track set (SPEC.md, "Per-key usage metadata"): what a
-// key asked for and was denied, and when it was first and last seen.
-// Stores that keep it implement Lister; Top helps them rank keys.
+// for policies with Track set (SPEC.md, "Per-key usage metadata" and
+// "Per-key usage series"): what a key asked for and was denied, when it
+// was first and last seen, and, with a series, both per bucket of time.
+// Stores that keep it implement Lister; Top, Query and Series help them
+// rank keys, page through them and answer series queries alike.
 //
 // Every exported function and method of this package is safe for
 // concurrent use, except Top's, as its documentation says.
@@ -20,11 +22,27 @@ import (
 type Lister interface {
 	// TopKeys returns up to limit keys of the named policy with tracked
 	// usage, sorted by the given order (largest or most recent first, then
-	// by key). Keys whose usage has expired are not listed.
+	// by key), one of ByRequests, ByDenied and ByLastSeen. Keys whose usage
+	// has expired are not listed.
 	TopKeys(ctx context.Context, policy string, by Order, limit int) ([]Record, error)
+
+	// ListKeys returns one page of the tracked keys of q.Policy, in q's
+	// order (SPEC.md, "Listing keys"): the first page when q.Cursor is
+	// empty, else the page after the one that returned the cursor. Every
+	// key holding usage throughout a listing is on exactly one of its
+	// pages. A page may hold fewer than q.Limit keys, even none, before
+	// the listing ends: only a Page with an empty Next ends it. A query
+	// the store refuses gives a *QueryError.
+	ListKeys(ctx context.Context, q Query) (Page, error)
+
+	// Series returns the usage series of q.Key under q.Policy: the
+	// buckets that count at the store's clock, oldest first (no bucket
+	// when the key holds none). A query the store refuses gives a
+	// *QueryError.
+	Series(ctx context.Context, q SeriesQuery) (Series, error)
 }
 
-// Order is the sort order of Lister.TopKeys.
+// Order is the sort order of a listing.
 type Order uint8
 
 const (
@@ -34,29 +52,33 @@ const (
 	ByDenied
 	// ByLastSeen sorts by the time of the last add, most recent first.
 	ByLastSeen
+	// ByFirstSeen sorts by the time of the first add, most recent first.
+	ByFirstSeen
+	// ByUsage sorts by the cost asked inside the listing's window
+	// (Record.WindowRequests), largest first.
+	ByUsage
 )
 
-// String returns "requests", "denied" or "last_seen".
+var orderNames = [...]string{ByRequests: "requests", ByDenied: "denied", ByLastSeen: "last_seen", ByFirstSeen: "first_seen", ByUsage: "usage"}
+
+// String returns "requests", "denied", "last_seen", "first_seen" or
+// "usage".
 func (o Order) String() string {
-	switch o {
-	case ByRequests:
-		return "requests"
-	case ByDenied:
-		return "denied"
-	case ByLastSeen:
-		return "last_seen"
+	if o >= ByRequests && o <= ByUsage {
+		return orderNames[o]
 	}
 	return fmt.Sprintf("Order(%d)", uint8(o))
 }
 
-// ParseOrder parses "requests", "denied" or "last_seen".
+// ParseOrder parses "requests", "denied", "last_seen", "first_seen" or
+// "usage".
 func ParseOrder(s string) (Order, error) {
-	for _, o := range []Order{ByRequests, ByDenied, ByLastSeen} {
+	for o := ByRequests; o <= ByUsage; o++ {
 		if o.String() == s {
 			return o, nil
 		}
 	}
-	return 0, fmt.Errorf("usage: sort order %q: must be requests, denied or last_seen", clip(s))
+	return 0, fmt.Errorf("usage: sort order %q: must be requests, denied, last_seen, first_seen or usage", clip(s))
 }
 
 func clip(s string) string {
@@ -74,6 +96,12 @@ type Record struct {
 	LastSeen  time.Time // the last add
 	Requests  int64     // sum of the costs asked
 	Denied    int64     // sum of the costs denied
+
+	// WindowRequests and WindowDenied are the same sums over the buckets
+	// of the listing's window (Query.Window), for a policy with a series;
+	// 0 without a window.
+	WindowRequests int64
+	WindowDenied   int64
 }
 
 // Less reports whether a sorts before b in order o: larger (or more
@@ -93,8 +121,34 @@ func (o Order) Less(a, b *Record) bool {
 		if !a.LastSeen.Equal(b.LastSeen) {
 			return a.LastSeen.After(b.LastSeen)
 		}
+	case ByFirstSeen:
+		if !a.FirstSeen.Equal(b.FirstSeen) {
+			return a.FirstSeen.After(b.FirstSeen)
+		}
+	case ByUsage:
+		if a.WindowRequests != b.WindowRequests {
+			return a.WindowRequests > b.WindowRequests
+		}
 	}
 	return a.Key < b.Key
+}
+
+// Value returns r's value in order o: a count, or a time in µs since the
+// Unix epoch.
+func (o Order) Value(r *Record) int64 {
+	switch o {
+	case ByRequests:
+		return r.Requests
+	case ByDenied:
+		return r.Denied
+	case ByLastSeen:
+		return r.LastSeen.UnixMicro()
+	case ByFirstSeen:
+		return r.FirstSeen.UnixMicro()
+	case ByUsage:
+		return r.WindowRequests
+	}
+	return 0
 }
 
 // CheckQuery returns an error naming the argument when by is not an Order

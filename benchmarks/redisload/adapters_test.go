@@ -168,3 +168,23 @@ func TestCallRuns(t *testing.T) {
 		t.Logf("%s: %.2f µs per %s (%s)", r.name, r.usPerCall, r.command, r.others)
 	}
 }
+
+// TestSeriesBytes measures every series pattern on one key: the usage
+// hash stays within 2× of the plain hash of its buckets (issue 13), and
+// the day of dense minutes is a listpack (the packed layout at work).
+func TestSeriesBytes(t *testing.T) {
+	srv, admin := server(t)
+	rs, err := measureSeries(context.Background(), admin, srv.Addr, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.usage <= 0 || r.plain <= 0 || r.usage > 2*r.plain {
+			t.Errorf("%s: usage hash %.0f B, plain hash %.0f B: want within 2×", r.name, r.usage, r.plain)
+		}
+		if r.name == "dense: every minute" && (r.encoding != "listpack" || r.buckets != 1440) {
+			t.Errorf("%s: %s of %d fields, %d buckets; want a listpack holding 1440", r.name, r.encoding, r.fields, r.buckets)
+		}
+		t.Logf("%s: %d buckets, %.0f B (%s, %d fields); plain %.0f B", r.name, r.buckets, r.usage, r.encoding, r.fields, r.plain)
+	}
+}

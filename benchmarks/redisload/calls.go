@@ -58,6 +58,11 @@ func callCases(fgCommand string) []callCase {
 	return []callCase{
 		fg("floodgate gcra", gcraText(p.gcra)),
 		fg("floodgate fixed_window", fixedText(p.fixed)),
+		fg("floodgate fixed_window, track", fixedText(p.fixed)+" track"),
+		fg("floodgate fixed_window, track 1m for 24h", fixedText(p.fixed)+" track 1m for 24h"),
+		fg("floodgate fixed_window, track 1s for 24h", fixedText(p.fixed)+" track 1s for 24h"),
+		fg("floodgate gcra, track", gcraText(p.gcra)+" track"),
+		fg("floodgate gcra, track 1m for 24h", gcraText(p.gcra)+" track 1m for 24h"),
 		fg("floodgate token_bucket", "token_bucket 50000/1h burst 50000"),
 		fg("floodgate sliding_window", "sliding_window 50000/1h resolution 1m"),
 		fg("floodgate sliding_log", "sliding_log 50000/1h"),

@@ -43,7 +43,8 @@ var nCPU = runtime.NumCPU()
 
 func main() {
 	var (
-		mode       = flag.String("mode", "mem,load", "what to measure: mem, load, calls (redis-server time per decision), comma separated")
+		mode       = flag.String("mode", "mem,load", "what to measure: mem, load, calls (redis-server time per decision), series (bytes of a tracked key's usage series), comma separated")
+		seriesKeys = flag.Int("series-keys", 20, "series: tracked keys per pattern")
 		memKeys    = flag.Int("mem-keys", 100_000, "memory: limited keys created per limiter")
 		memSample  = flag.Int("mem-sample", 100, "memory: keys whose MEMORY USAGE is averaged")
 		memConc    = flag.Int("mem-conc", 16, "memory: goroutines creating the keys")
@@ -102,6 +103,16 @@ func main() {
 		admin.Close()
 		srv.Stop()
 		printMemory(report, results, *memKeys, *memSample)
+	}
+
+	if strings.Contains(*mode, "series") {
+		srv, admin := start()
+		describeServer(ctx, report, admin, srv)
+		rs, err := measureSeries(ctx, admin, srv.Addr, *seriesKeys)
+		admin.Close()
+		srv.Stop()
+		must(err)
+		printSeries(report, rs, *seriesKeys)
 	}
 
 	if strings.Contains(*mode, "calls") {

@@ -44,6 +44,9 @@ func TestProjectVectors(t *testing.T) {
 			return ms
 		}
 		for i, s := range v.Steps {
+			if s.Op == "series" || s.Op == "list" {
+				continue // usage queries: the stores replay them (floodgatetest)
+			}
 			steps++
 			keys := s.Keys
 			if s.Op == "settle" {

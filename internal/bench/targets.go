@@ -31,8 +31,11 @@ const RedisPrefix = "fg-bench"
 
 // RedisOptions says how to reach Redis.
 type RedisOptions struct {
-	// Addr is host:port.
+	// Addr is host:port of a standalone server.
 	Addr string
+	// ClusterAddrs, when set, are seed nodes of a Redis Cluster (host:port
+	// each), reached instead of Addr.
+	ClusterAddrs []string
 	// Username and Password authenticate (ACL user, or the default user
 	// when Username is empty); empty means no authentication.
 	Username, Password string
@@ -45,7 +48,7 @@ type RedisOptions struct {
 // RedisTarget decides through redisstore, straight against Redis, with one
 // policy for every key.
 type RedisTarget struct {
-	client *redis.Client
+	client redis.UniversalClient
 	store  *redisstore.Store
 	policy *floodgate.Policy
 }
@@ -63,12 +66,24 @@ func OpenRedis(ctx context.Context, o RedisOptions, p *floodgate.Policy) (*Redis
 	// (it would count twice); ContextTimeoutEnabled: the request's
 	// context bounds every call (redisstore's package documentation);
 	// DialerRetries 1: a refused connection fails at once.
-	client := redis.NewClient(&redis.Options{
-		Addr: o.Addr, Username: o.Username, Password: o.Password,
-		MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1,
-		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
-		PoolSize: max(o.PoolSize, 1),
-	})
+	var client redis.UniversalClient
+	if len(o.ClusterAddrs) > 0 {
+		// A pool of PoolSize per master; the slot map is read again
+		// every 500 ms, as floodgate serve does.
+		client = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: o.ClusterAddrs, Username: o.Username, Password: o.Password,
+			MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1,
+			DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			PoolSize: max(o.PoolSize, 1), ClusterStateReloadInterval: 500 * time.Millisecond,
+		})
+	} else {
+		client = redis.NewClient(&redis.Options{
+			Addr: o.Addr, Username: o.Username, Password: o.Password,
+			MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1,
+			DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			PoolSize: max(o.PoolSize, 1),
+		})
+	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
@@ -82,13 +97,26 @@ func OpenRedis(ctx context.Context, o RedisOptions, p *floodgate.Policy) (*Redis
 	}
 	if err := store.Preload(pctx); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("Redis at %s: %w", o.Addr, err)
+		return nil, fmt.Errorf("Redis at %s: %w", o.where(), err)
 	}
 	return &RedisTarget{client: client, store: store, policy: p}, nil
 }
 
+// where names the server, or the cluster's seed nodes.
+func (o *RedisOptions) where() string {
+	if len(o.ClusterAddrs) > 0 {
+		return "the cluster of " + strings.Join(o.ClusterAddrs, ",")
+	}
+	return o.Addr
+}
+
 // redisError explains a failed first contact with Redis.
 func redisError(o RedisOptions, err error) error {
+	at := o.where()
+	check := "check --host and --port"
+	if len(o.ClusterAddrs) > 0 {
+		check = "check --redis-cluster"
+	}
 	msg := err.Error()
 	who := "the default user"
 	if o.Username != "" {
@@ -97,17 +125,17 @@ func redisError(o RedisOptions, err error) error {
 	var netErr net.Error
 	switch {
 	case strings.HasPrefix(msg, "WRONGPASS"):
-		return fmt.Errorf("Redis at %s refused the password for %s (%s): check --user and --password", o.Addr, who, msg)
+		return fmt.Errorf("Redis at %s refused the password for %s (%s): check --user and --password", at, who, msg)
 	case strings.HasPrefix(msg, "NOAUTH"):
-		return fmt.Errorf("Redis at %s requires authentication (%s): give --user and --password", o.Addr, msg)
+		return fmt.Errorf("Redis at %s requires authentication (%s): give --user and --password", at, msg)
 	case strings.HasPrefix(msg, "NOPERM"):
-		return fmt.Errorf("Redis at %s: %s lacks a permission the bench needs (%s)", o.Addr, who, msg)
+		return fmt.Errorf("Redis at %s: %s lacks a permission the bench needs (%s)", at, who, msg)
 	case strings.Contains(msg, "ERR AUTH") || strings.Contains(msg, "without any password configured"):
-		return fmt.Errorf("Redis at %s has no password set, but one was given (%s): drop --password", o.Addr, msg)
+		return fmt.Errorf("Redis at %s has no password set, but one was given (%s): drop --password", at, msg)
 	case errors.As(err, &netErr) || strings.Contains(msg, "connection refused"):
-		return fmt.Errorf("cannot reach Redis at %s: %v (check --host and --port)", o.Addr, err)
+		return fmt.Errorf("cannot reach Redis at %s: %v (%s)", at, err, check)
 	}
-	return fmt.Errorf("Redis at %s: %v", o.Addr, err)
+	return fmt.Errorf("Redis at %s: %v", at, err)
 }
 
 // Take decides one request through redisstore.

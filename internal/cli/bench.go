@@ -45,6 +45,7 @@ func (d *descriptorFlag) Set(v string) error {
 type benchFlags struct {
 	target                          string
 	host, user, password            string
+	redisCluster                    string
 	port                            int
 	url, addr, policyName, domain   string
 	descriptor                      descriptorFlag
@@ -67,10 +68,13 @@ SPEC.md allows whatever the requests' timing (the bound) is reported
 loudly, with exit status 4.
 
 Targets:
-  redis  straight to Redis through the Redis store (--host, --port, --user,
-         --password), with the policy of --policy, or of --algorithm and its
-         parameters; by default the seed's fixed window of --threshold
-         requests per minute per key. Keys go under the prefix fg-bench.
+  redis  straight to Redis through the Redis store (--host, --port, or
+         --redis-cluster for a Redis Cluster; --user, --password), with the
+         policy of --policy, or of --algorithm and its parameters; by default
+         the seed's fixed window of --threshold requests per minute per key.
+         Keys go under the prefix fg-bench. The seed generator's short flags
+         work too: -H host, -p port, -u user, -P password, -c concurrency,
+         -i iterations, -t threshold.
   http   a running floodgate serve's POST /v1/check (--url), for its policy
          --policy-name.
   grpc   a running floodgate serve's Envoy API (--addr), for --domain and one
@@ -96,6 +100,7 @@ func (e *environ) bench(args []string) int {
 	fs.IntVar(&f.port, "port", 6379, "redis: the Redis `port`")
 	fs.StringVar(&f.user, "user", "", "redis: the ACL `user` to authenticate as (default: the default user)")
 	fs.StringVar(&f.password, "password", "", "redis: the `password` to authenticate with")
+	fs.StringVar(&f.redisCluster, "redis-cluster", "", "redis: a Redis Cluster's seed `nodes`, host:port,host:port…, instead of --host and --port")
 	fs.StringVar(&f.url, "url", "", "http, grpc: the service's HTTP `address` (default "+defaultURL+")")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8081", "grpc: the service's gRPC `address`")
 	fs.StringVar(&f.policyName, "policy-name", "", "http: the service's `policy` to check")
@@ -123,6 +128,12 @@ func (e *environ) bench(args []string) int {
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON (docs/bench.md gives the schema)")
 	fs.StringVar(&f.progress, "progress", "auto", "progress `mode` on stderr: auto (a line redrawn on a terminal, else plain lines), tty, lines or off")
 	fs.DurationVar(&f.every, "progress-every", time.Second, "how often a progress line is printed when not on a terminal")
+	// The seed generator's short flags (its --help: -p, -u, -P, -c, -i,
+	// -t; -H for --host, which it left without one, -h being help).
+	for short, long := range map[string]string{"H": "host", "p": "port", "u": "user", "P": "password",
+		"c": "concurrency", "i": "iterations", "t": "threshold"} {
+		alias(fs, short, long)
+	}
 	if code := e.parse(fs, args); code >= 0 {
 		return code
 	}
@@ -130,7 +141,7 @@ func (e *environ) bench(args []string) int {
 		return e.usageErr("bench takes no arguments, found %q", fs.Arg(0))
 	}
 	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	fs.Visit(func(fl *flag.Flag) { set[longName(fl)] = true })
 
 	cfg, code := e.benchConfig(&f, set)
 	if code >= 0 {
@@ -250,7 +261,7 @@ func (e *environ) benchConfig(f *benchFlags, set map[string]bool) (bench.Config,
 }
 
 // redisOnly are the flags that only the redis target reads.
-var redisOnly = []string{"host", "port", "user", "password", "policy", "algorithm", "threshold", "limit", "window",
+var redisOnly = []string{"host", "port", "user", "password", "redis-cluster", "policy", "algorithm", "threshold", "limit", "window",
 	"burst", "resolution", "min-interval", "decay", "align"}
 
 // benchTarget opens the target the flags name and finds its policy.
@@ -274,20 +285,36 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		if code >= 0 {
 			return nil, info, nil, nil, code
 		}
-		if f.port < 1 || f.port > 65535 {
-			return nil, info, nil, nil, e.usageErr("--port %d: want 1 to 65535", f.port)
+		o := bench.RedisOptions{Username: f.user, Password: f.password, Timeout: f.timeout, PoolSize: conc + 1}
+		if set["redis-cluster"] {
+			if set["host"] || set["port"] {
+				return nil, info, nil, nil, e.usageErr("give --redis-cluster, or --host and --port, not both")
+			}
+			for _, a := range strings.Split(f.redisCluster, ",") {
+				a = strings.TrimSpace(a)
+				if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+					return nil, info, nil, nil, e.usageErr("--redis-cluster %q: want host:port seed nodes, comma separated", f.redisCluster)
+				}
+				o.ClusterAddrs = append(o.ClusterAddrs, a)
+			}
+		} else {
+			if f.port < 1 || f.port > 65535 {
+				return nil, info, nil, nil, e.usageErr("--port %d: want 1 to 65535", f.port)
+			}
+			if f.host == "" {
+				return nil, info, nil, nil, e.usageErr("--host: want a host name or address")
+			}
+			o.Addr = net.JoinHostPort(f.host, strconv.Itoa(f.port))
 		}
-		if f.host == "" {
-			return nil, info, nil, nil, e.usageErr("--host: want a host name or address")
-		}
-		addr := net.JoinHostPort(f.host, strconv.Itoa(f.port))
 		// go-redis logs failed dials itself; the error below says it all.
 		redis.SetLogger(discardRedisLog{})
-		t, err := bench.OpenRedis(e.ctx, bench.RedisOptions{
-			Addr: addr, Username: f.user, Password: f.password, Timeout: f.timeout, PoolSize: conc + 1,
-		}, p)
+		t, err := bench.OpenRedis(e.ctx, o, p)
 		if err != nil {
 			return nil, info, nil, nil, e.errorf("bench: %v", err)
+		}
+		addr := o.Addr
+		if addr == "" {
+			addr = "cluster " + strings.Join(o.ClusterAddrs, ",")
 		}
 		info = bench.TargetInfo{Kind: "redis", Address: addr, PolicyName: p.Name, Policy: p.String()}
 		return t, info, p, notes, -1

@@ -138,3 +138,38 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// TestBenchRedisCluster is issue 13's item 4: the redis target drives a
+// 3-master Redis Cluster (--redis-cluster), and takes the seed generator's
+// short flags (-c, -i, -t; -p, -u, -P against an ACL user on a standalone
+// server; -H), every run exact.
+func TestBenchRedisCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	rep := benchJSON(t, nil, "--redis-cluster", strings.Join(cl.Addrs, ","), "-c", "6", "-i", "300", "-t", "100")
+	wantExact(t, rep, "cluster with short flags")
+	if rep.Decisions != 1800 || rep.Allowed > 6*200 {
+		t.Errorf("cluster: decisions %d, allowed %d: want 1,800, at most 100 per key per minute", rep.Decisions, rep.Allowed)
+	}
+	srv := redistest.StartServer(t, redistest.WithUser("bench", "s3cret-bench"))
+	rep = benchJSON(t, nil, "-H", "127.0.0.1", "-p", strconv.Itoa(srv.Port), "-u", "bench", "-P", "s3cret-bench", "-c", "2", "-i", "250", "-t", "100")
+	wantExact(t, rep, "standalone with short flags")
+	if rep.Decisions != 500 {
+		t.Errorf("standalone: decisions %d, want 500", rep.Decisions)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--redis-cluster", cl.Addrs[0], "-p", "7000"}, "give --redis-cluster, or --host and --port, not both"},
+		{[]string{"--redis-cluster", "nohost"}, "want host:port seed nodes"},
+		{[]string{"--target", "http", "--redis-cluster", cl.Addrs[0], "--policy-name", "x"}, "--redis-cluster applies to another target"},
+	} {
+		if code, _, errOut := run(t, nil, append([]string{"bench", "--iterations", "1"}, c.args...)...); code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("bench %v: exit %d, %q; want 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+	if code, out, _ := run(t, nil, "bench", "--help"); code != 0 || !strings.Contains(out, "-c, --concurrency") || !strings.Contains(out, "-P, --password") || strings.Contains(out, "--c ") {
+		t.Errorf("bench --help: exit %d\n%s", code, out)
+	}
+}

@@ -1,5 +1,5 @@
 // Package cli is floodgate's command line: serve, check, allow, peek,
-// reset, keys, bench and version. It is the one package that wires stores,
+// reset, keys, usage, bench and version. It is the one package that wires stores,
 // service and transports together; cmd/floodgate only calls Main.
 package cli
 
@@ -51,10 +51,10 @@ var environment = []envVar{
 	{EnvRedisCluster, []string{"serve", "check"}, "the Redis Cluster store, as --redis-cluster"},
 	{EnvRedisSentinel, []string{"serve", "check"}, "the Redis store behind Sentinel, as --redis-sentinel"},
 	{EnvRedisPassword, []string{"serve", "check"}, "the password of a cluster, or of the master behind sentinels"},
-	{EnvAdminToken, []string{"serve", "check", "allow", "reset", "keys"}, "serve, check: the admin endpoints' bearer token (16+ characters; --admin-token-file wins); the others: the admin token to send"},
+	{EnvAdminToken, []string{"serve", "check", "allow", "reset", "keys", "usage"}, "serve, check: the admin endpoints' bearer token (16+ characters; --admin-token-file wins); the others: the admin token to send"},
 	{EnvToken, []string{"allow", "peek"}, "the client token to send, for a service with clients.tokens_file (16+ characters)"},
 	{EnvKeySecret, []string{"serve"}, "store an HMAC-SHA-256 of every key in Redis instead of the key (16+ bytes)"},
-	{EnvURL, []string{"allow", "peek", "reset", "keys", "bench"}, "the service's HTTP address (default " + defaultURL + "; https:// for TLS)"},
+	{EnvURL, []string{"allow", "peek", "reset", "keys", "usage", "bench"}, "the service's HTTP address (default " + defaultURL + "; https:// for TLS)"},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_*", []string{"serve"}, "export traces over OTLP/gRPC (OpenTelemetry's standard variables; off without them)"},
 }
 
@@ -97,6 +97,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		return e.reset(args[1:])
 	case "keys":
 		return e.keys(args[1:])
+	case "usage":
+		return e.usageCmd(args[1:])
 	case "bench":
 		return e.bench(args[1:])
 	case "config":
@@ -124,7 +126,8 @@ Usage:
   floodgate allow   [flags] POLICY KEY  ask a running service to decide a request
   floodgate peek    [flags] POLICY KEY  the same, recording nothing
   floodgate reset   [flags] POLICY KEY  forget a key's state (admin)
-  floodgate keys    [flags] POLICY      list a tracked policy's top keys (admin)
+  floodgate keys    [flags] POLICY      list a tracked policy's keys, top or page by page (admin)
+  floodgate usage   [flags] POLICY KEY  a key's usage series: a table and a sparkline (admin)
   floodgate bench   [flags]             load a limiter; report speed, latency and accuracy
   floodgate config  defaults|env        print every configuration field at its default, or
                                         the environment variables
@@ -160,10 +163,39 @@ func (e *environ) flags(name, synopsis, about string) *flag.FlagSet {
 	return fs
 }
 
+// aliasMark starts the usage of a flag that alias defined.
+const aliasMark = "\x00alias of "
+
+// alias defines -short as another name of the flag long, already defined:
+// both set the same value. --help lists it with long ("-c, --concurrency").
+func alias(fs *flag.FlagSet, short, long string) {
+	fs.Var(fs.Lookup(long).Value, short, aliasMark+long)
+}
+
+// longName returns the name of f, or of the flag f is an alias of.
+func longName(f *flag.Flag) string {
+	if long, ok := strings.CutPrefix(f.Usage, aliasMark); ok {
+		return long
+	}
+	return f.Name
+}
+
 func printFlags(w io.Writer, fs *flag.FlagSet) {
+	shorts := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) {
+		if long := longName(f); long != f.Name {
+			shorts[long] = f.Name
+		}
+	})
+	fs.VisitAll(func(f *flag.Flag) {
+		if longName(f) != f.Name {
+			return
+		}
 		arg, help := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
+		if s, ok := shorts[f.Name]; ok {
+			line = "  -" + s + ", --" + f.Name
+		}
 		if arg != "" {
 			line += " " + arg
 		}

@@ -241,7 +241,7 @@ func TestClientCommands(t *testing.T) {
 	if code != 0 || !regexp.MustCompile(`"alice"\s+3\s+1`).MatchString(out) {
 		t.Errorf("keys: exit %d\n%s%s", code, out, errOut)
 	}
-	if code, _, errOut := run(t, admin, "keys", "two", "--sort", "loudest"); code != 1 || !strings.Contains(errOut, "sort: want requests, denied or last_seen") {
+	if code, _, errOut := run(t, admin, "keys", "two", "--sort", "loudest"); code != 1 || !strings.Contains(errOut, "sort: want requests, denied, last_seen, first_seen or usage") {
 		t.Errorf("keys with a bad sort: exit %d, %q", code, errOut)
 	}
 	if code, out, errOut := run(t, admin, "reset", "two", "alice"); code != 0 || strings.Contains(out, "alice") {
@@ -388,5 +388,56 @@ func TestServeDashboard(t *testing.T) {
 	}
 	if code, _, _ := fetch(off + "/v1/stats"); code != 200 {
 		t.Errorf("GET /v1/stats with --dashboard=false: %d", code)
+	}
+}
+
+// TestUsageCommands runs usage (table, sparkline, --json) and keys in
+// pages against a service started in-process.
+func TestUsageCommands(t *testing.T) {
+	const token = "0123456789abcdef-token"
+	path := writeFile(t, "floodgate.yaml", "policies:\n  api: \"gcra 100/1s burst 100 track 1m for 1h\"\n  plain: \"fixed_window 2/1h track\"\n")
+	addr := serving(t, map[string]string{cli.EnvAdminToken: token}, "--config", path)
+	env := map[string]string{cli.EnvURL: addr}
+	admin := map[string]string{cli.EnvURL: "http://" + addr, cli.EnvAdminToken: token}
+	for i, key := range []string{"a/1", "b", "c", "d", "e"} {
+		for range i + 1 {
+			if code, _, errOut := run(t, env, "allow", "api", key); code != 0 {
+				t.Fatalf("allow: exit %d %s", code, errOut)
+			}
+		}
+	}
+	code, out, errOut := run(t, admin, "usage", "api", "a/1", "--from", "-10m")
+	if code != 0 || !strings.Contains(out, `api "a/1" from `) || !strings.Contains(out, "requests  sum 1  mean ") ||
+		!strings.Contains(out, "step 1m0s (resolution 1m0s)") || !strings.ContainsAny(out, "█") {
+		t.Errorf("usage: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = run(t, admin, "usage", "api", "e", "--json", "--from", "-5m", "--step", "5m")
+	var body struct {
+		Policy, Key string
+		StepUS      int64 `json:"step_us"`
+		Requests    struct{ Sum int64 }
+	}
+	if err := json.Unmarshal([]byte(out), &body); code != 0 || err != nil || body.Key != "e" || body.StepUS != 300_000_000 || body.Requests.Sum != 5 {
+		t.Errorf("usage --json: exit %d, %v\n%s", code, err, out)
+	}
+	if code, _, errOut := run(t, admin, "usage", "api", "e", "--step", "30s"); code != 1 || !strings.Contains(errOut, "step:") || !strings.Contains(errOut, "invalid_step") {
+		t.Errorf("usage with a step finer than the resolution: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := run(t, admin, "usage", "plain", "e"); code != 1 || !strings.Contains(errOut, "no_series") {
+		t.Errorf("usage of a policy without a series: exit %d, %q", code, errOut)
+	}
+	// Two keys a page, then all five, oldest first.
+	code, out, errOut = run(t, admin, "keys", "api", "--sort", "usage", "--window", "1h", "--limit", "2")
+	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(errOut, "more keys: add --cursor ") || !regexp.MustCompile(`"e"\s+5\s+0\s+5\s+0`).MatchString(out) {
+		t.Errorf("keys --limit 2: exit %d\n%s%s", code, out, errOut)
+	}
+	cursor := strings.TrimSpace(strings.TrimPrefix(errOut, "more keys: add --cursor "))
+	code, out, _ = run(t, admin, "keys", "api", "--sort", "usage", "--window", "1h", "--cursor", cursor, "--all")
+	if code != 0 || strings.Count(out, "\n") != 4 || !strings.Contains(out, `"c"`) || strings.Contains(out, `"e"`) {
+		t.Errorf("keys --cursor --all: exit %d\n%s", code, out)
+	}
+	code, out, _ = run(t, admin, "keys", "api", "--sort", "first_seen", "--order", "asc", "--all")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 6 || !strings.HasPrefix(lines[1], `"a/1"`) || !strings.HasPrefix(lines[5], `"e"`) {
+		t.Errorf("keys by first_seen asc: exit %d\n%s", code, out)
 	}
 }

@@ -239,32 +239,91 @@ func (e *environ) reset(args []string) int {
 }
 
 func (e *environ) keys(args []string) int {
-	c, fs := e.clientFlags("keys", "[flags] POLICY", "Lists the top keys of a policy that tracks usage (track: true), an admin action.", EnvAdminToken)
-	sort := fs.String("sort", "requests", "sort `order`: requests, denied or last_seen")
+	c, fs := e.clientFlags("keys", "[flags] POLICY", "Lists the keys of a policy that tracks usage (track), an admin action: its top keys,\n"+
+		"or, with --order, --window, --cursor or --all (or --sort first_seen or usage), any\n"+
+		"number of them in pages, following the service's cursors.", EnvAdminToken)
+	sort := fs.String("sort", "requests", "sort `order`: requests, denied, last_seen, first_seen or usage (the requests inside --window)")
+	order := fs.String("order", "", "desc (largest or latest first, the default) or asc")
+	window := fs.String("window", "", "add each key's requests and denied inside the last `duration` (a policy with a series: track 1m for 24h)")
 	limit := fs.Int("limit", 20, "how many `keys`")
+	cursor := fs.String("cursor", "", "continue a listing from the `cursor` a previous run printed")
+	all := fs.Bool("all", false, "list every key, ignoring --limit")
 	if code := e.parse(fs, args); code >= 0 {
 		return code
 	}
 	if fs.NArg() != 1 {
 		return e.errorf("keys takes POLICY (floodgate keys --help)")
 	}
+	type keyOut struct {
+		Key            string    `json:"key"`
+		FirstSeen      time.Time `json:"first_seen"`
+		LastSeen       time.Time `json:"last_seen"`
+		Requests       int64     `json:"requests"`
+		Denied         int64     `json:"denied"`
+		WindowRequests *int64    `json:"window_requests"`
+		WindowDenied   *int64    `json:"window_denied"`
+	}
 	var out struct {
-		Keys []struct {
-			Key       string    `json:"key"`
-			FirstSeen time.Time `json:"first_seen"`
-			LastSeen  time.Time `json:"last_seen"`
-			Requests  int64     `json:"requests"`
-			Denied    int64     `json:"denied"`
-		} `json:"keys"`
+		Keys []keyOut `json:"keys"`
+		Next string   `json:"next_cursor"`
 	}
+	paged := *order != "" || *window != "" || *cursor != "" || *all || *sort == "first_seen" || *sort == "usage"
 	q := url.Values{"policy": {fs.Arg(0)}, "sort": {*sort}, "limit": {fmt.Sprint(*limit)}}
-	if _, err := e.do(c, http.MethodGet, "/v1/keys?"+q.Encode(), nil, &out); err != nil {
-		return e.errorf("%v", err)
+	if !paged {
+		if _, err := e.do(c, http.MethodGet, "/v1/keys?"+q.Encode(), nil, &out); err != nil {
+			return e.errorf("%v", err)
+		}
+	} else {
+		if *order != "" {
+			q.Set("order", *order)
+		}
+		if *window != "" {
+			q.Set("window", *window)
+		}
+		next := *cursor
+		var keys []keyOut
+		for {
+			want := *limit - len(keys)
+			if *all {
+				want = 1000
+			}
+			if want <= 0 {
+				break
+			}
+			q.Set("limit", fmt.Sprint(min(want, 10_000)))
+			q.Del("cursor")
+			if next != "" {
+				q.Set("cursor", next)
+			}
+			out.Keys, out.Next = nil, ""
+			if _, err := e.do(c, http.MethodGet, "/v1/keys?"+q.Encode(), nil, &out); err != nil {
+				return e.errorf("%v", err)
+			}
+			keys = append(keys, out.Keys...)
+			next = out.Next
+			if next == "" {
+				break
+			}
+		}
+		out.Keys, out.Next = keys, next
 	}
-	fmt.Fprintf(e.stdout, "%-30s %10s %10s  %-20s %s\n", "KEY", "REQUESTS", "DENIED", "LAST SEEN", "FIRST SEEN")
+	withWindow := len(out.Keys) > 0 && out.Keys[0].WindowRequests != nil
+	if withWindow {
+		fmt.Fprintf(e.stdout, "%-30s %10s %10s %10s %10s  %-20s %s\n", "KEY", "REQUESTS", "DENIED", "IN WINDOW", "DENIED", "LAST SEEN", "FIRST SEEN")
+	} else {
+		fmt.Fprintf(e.stdout, "%-30s %10s %10s  %-20s %s\n", "KEY", "REQUESTS", "DENIED", "LAST SEEN", "FIRST SEEN")
+	}
 	for _, k := range out.Keys {
+		if withWindow {
+			fmt.Fprintf(e.stdout, "%-30q %10d %10d %10d %10d  %-20s %s\n", k.Key, k.Requests, k.Denied, *k.WindowRequests, *k.WindowDenied,
+				k.LastSeen.UTC().Format(time.DateTime), k.FirstSeen.UTC().Format(time.DateTime))
+			continue
+		}
 		fmt.Fprintf(e.stdout, "%-30q %10d %10d  %-20s %s\n", k.Key, k.Requests, k.Denied,
 			k.LastSeen.UTC().Format(time.DateTime), k.FirstSeen.UTC().Format(time.DateTime))
+	}
+	if paged && out.Next != "" {
+		fmt.Fprintf(e.stderr, "more keys: add --cursor %s\n", out.Next)
 	}
 	return 0
 }

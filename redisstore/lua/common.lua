@@ -18,9 +18,11 @@
 --            cluster slot), then, when the policy tracks usage, the usage
 --            hash <prefix>:{<policy>:<key>}:u
 --   args[1]  the policy's parameters, a string that never changes for a
---            policy: "<tag> <count_denied 0/1> <track 0/1> <retention µs>
---            <min TTL µs> <the algorithm's parameters…>" (see each file);
---            parsed once and kept in P, keyed by the string itself
+--            policy: "<tag> <count_denied 0/1> <track> <retention µs>
+--            <min TTL µs> <the algorithm's parameters…>" (see each file),
+--            track being 0, 1, or 1:<resolution µs>:<retention µs> for a
+--            usage series; parsed once and kept in P, keyed by the string
+--            itself
 --   args[2]  the call: n, the cost (1 to 2^53-1), as a little-endian
 --            IEEE double (8 bytes), followed, when the caller gives the
 --            time, by now in µs since the Unix epoch, also a double (16
@@ -160,11 +162,21 @@ local function params(s, parse)
   local p = P[s]
   if p then return p end
   local f = fields(s)
-  p = {cd = f[2] == '1', track = f[3] == '1', retention = tonumber(f[4]), min_ttl = tonumber(f[5])}
+  p = {cd = f[2] == '1', track = f[3] ~= '0', retention = tonumber(f[4]), min_ttl = tonumber(f[5])}
+  local res, keep = string.match(f[3], '^1:(%d+):(%d+)$')
+  if res then p.sres, p.skeep = tonumber(res), tonumber(keep) end
   parse(f, p)
   if PN >= 1000 then P, PN = {}, 0 end
   P[s], PN = p, PN + 1
   return p
+end
+
+-- W is the scratch list of HSET's arguments, reused across calls (in a
+-- script it is new on each); wn counts those of this call.
+local W, wn = {}, 0
+local function w2(a, b)
+  W[wn + 1], W[wn + 2] = a, b
+  wn = wn + 2
 end
 
 -- track adds one add's usage to the hash key (SPEC.md "Per-key usage
@@ -174,28 +186,163 @@ end
 -- Redis has deleted the hash yet (it has not when the caller's clock runs
 -- ahead of the server's): the add starts it afresh. The key's TTL follows
 -- x; listings also compare x with the store's clock, which may be the
--- caller's.
+-- caller's. Only the fields that change are written (f when the usage
+-- starts, d on a denial), and x and the TTL only when x changes (or a
+-- minimum TTL is set).
 local function track(key, now, n, allowed, expires, p)
   local v = redis.call('HMGET', key, 'f', 'l', 'r', 'd', 'x')
-  local first, last, requests, denied = now, now, 0, 0
+  local dn = 0
+  if not allowed then dn = n end
+  local first, last, requests, denied = now, now, n, dn
   local x0 = tonumber(v[5])
-  if x0 and x0 > now then
-    first = tonumber(v[1]) or now
+  local live = x0 and x0 > now
+  if live then
     last = tonumber(v[2]) or now
     if now > last then last = now end
-    requests = tonumber(v[3]) or 0
-    denied = tonumber(v[4]) or 0
+    requests = satadd(tonumber(v[3]) or 0, n)
+    denied = satadd(tonumber(v[4]) or 0, dn)
   end
-  requests = satadd(requests, n)
-  if not allowed then denied = satadd(denied, n) end
   local x = expires
   if last + p.retention > x then x = last + p.retention end
   if x <= now then
     redis.call('DEL', key)
     return
   end
-  redis.call('HSET', key, 'f', fmt(first), 'l', fmt(last), 'r', fmt(requests), 'd', fmt(denied), 'x', fmt(x))
-  redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl))
+  wn = 0
+  if not live then w2('f', fmt(first)) end
+  w2('l', fmt(last))
+  w2('r', fmt(requests))
+  if dn > 0 or not live then w2('d', fmt(denied)) end
+  local newx = x ~= x0 or not live or p.min_ttl > 0
+  if newx then w2('x', fmt(x)) end
+  redis.call('HSET', key, unpack(W, 1, wn))
+  if newx then redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl)) end
+end
+
+-- A usage series (SPEC.md "Per-key usage series") lives in the same hash
+-- as the totals, so that a decision still writes one key more than its
+-- state, in one call:
+--   s    the series' head, three or four little-endian doubles (24 or 32
+--        bytes): the newest bucket's index k (it covers [k·g, (k+1)·g)
+--        µs), its requests, g the resolution (µs) it was written at
+--        (another policy's series is dropped by the next add), and its
+--        denied when not 0
+--   <c>  (a decimal integer) the older buckets of chunk c, the buckets
+--        CHUNK·c to CHUNK·c + CHUNK − 1 that are not empty, oldest first,
+--        each a byte (k − CHUNK·c), then requests and denied as unsigned
+--        LEB128 varints (Go's binary.AppendUvarint): 3 to 5 bytes a bucket
+--        for everyday counts, so that a chunk stays within
+--        hash-max-listpack-value (64 bytes) and a dense day of minutes
+--        keeps the hash a listpack of about 100 fields
+-- An add to the newest bucket writes l, r (d when denied) and s, and x and
+-- the TTL only when x changes. When a new bucket opens, the newest is
+-- appended to its chunk (one HGET) if it still counts, and the chunks
+-- whose every bucket stopped counting since the newest opened are deleted
+-- (HDEL; those before were deleted when it opened). Listings and series queries read the hash whole (HGETALL) and
+-- decode it in Go (redisstore/usage.go).
+local CHUNK = 16
+
+-- uvarint returns x (0 ≤ x ≤ 2^53-1) as an unsigned LEB128 varint.
+local function uvarint(x)
+  if x < 128 then return string.char(x) end
+  local t = {}
+  while x >= 128 do
+    local b = x % 128
+    t[#t + 1] = b + 128
+    x = (x - b) / 128
+  end
+  t[#t + 1] = x
+  return string.char(unpack(t))
+end
+
+-- track_series is track for a policy with a usage series: it also adds the
+-- add to the bucket of its time, which is last seen (a clock that went back
+-- records at the key's last add).
+local function track_series(key, now, n, allowed, expires, p)
+  local v = redis.call('HMGET', key, 'f', 'l', 'r', 'd', 'x', 's')
+  local res, keep = p.sres, p.skeep
+  local dn = 0
+  if not allowed then dn = n end
+  wn = 0
+  local first, last, requests, denied = now, now, n, 0
+  local b, q, e, g
+  local x0 = tonumber(v[5])
+  local live = x0 and x0 > now
+  if live then
+    last = tonumber(v[2]) or now
+    if now > last then last = now end
+    requests = satadd(tonumber(v[3]) or 0, n)
+    denied = tonumber(v[4]) or 0
+    local h = v[6]
+    if h and #h == 24 then
+      b, q, g = struct.unpack('<ddd', h)
+      e = 0
+    elseif h and #h == 32 then
+      b, q, g, e = struct.unpack('<dddd', h)
+    end
+    if g ~= res then
+      if g then
+        -- Another resolution's series: dropped, the totals written again.
+        redis.call('DEL', key)
+        live = false
+        first = tonumber(v[1]) or now
+      end
+      b = nil
+    end
+  elseif x0 then
+    redis.call('DEL', key) -- expired, not deleted yet: start afresh
+  end
+  if not live then
+    w2('f', fmt(first))
+  end
+  w2('l', fmt(last))
+  w2('r', fmt(requests))
+  if dn > 0 then
+    denied = satadd(denied, dn)
+    w2('d', fmt(denied))
+  elseif not live then
+    w2('d', fmt(denied))
+  end
+  local k = floordiv(last, res)
+  if b == k then
+    q = satadd(q, n)
+    e = satadd(e, dn)
+  else
+    if b then
+      local c = floordiv(b, CHUNK)
+      if b * res + keep > last then
+        -- The bucket still counts: pack it.
+        local rec = string.char(b - c * CHUNK) .. uvarint(q) .. uvarint(e)
+        local cur = redis.call('HGET', key, fmt(c))
+        if cur then rec = cur .. rec end
+        w2(fmt(c), rec)
+      end
+      -- The chunks before cmin(t) hold no bucket that counts at t. Those
+      -- before cmin(b·g) went when b opened (at a time of bucket b), so
+      -- the ones to delete now run from there.
+      local cmin = floordiv(floordiv(last - keep, res) + 1, CHUNK)
+      local from = floordiv(floordiv(b * res - keep, res) + 1, CHUNK)
+      local to = math.min(cmin - 1, c)
+      if to >= from then
+        local dead = {}
+        for i = from, to do dead[#dead + 1] = fmt(i) end
+        redis.call('HDEL', key, unpack(dead))
+      end
+    end
+    b, q, e = k, n, dn
+  end
+  if e > 0 then
+    w2('s', struct.pack('<dddd', b, q, res, e))
+  else
+    w2('s', struct.pack('<ddd', b, q, res))
+  end
+  local x = expires
+  if last + p.retention > x then x = last + p.retention end
+  if k * res + keep > x then x = k * res + keep end
+  local newx = x ~= x0 or not live or p.min_ttl > 0
+  if newx then w2('x', fmt(x)) end
+  redis.call('HSET', key, unpack(W, 1, wn))
+  if newx then redis.call('PEXPIRE', key, ttl_ms(x, now, p.min_ttl)) end
 end
 
 -- entry returns the function of an algorithm, deciding or peeking: the
@@ -225,7 +372,11 @@ local function entry(parse, decide, peek)
     end
     local allowed, remaining, retry, reset, binding, expires = decide(keys, p, now, n, peek)
     if p.track and not peek then
-      track(keys[p.nkeys + 1], now, n, allowed, expires, p)
+      if p.sres then
+        track_series(keys[p.nkeys + 1], now, n, allowed, expires, p)
+      else
+        track(keys[p.nkeys + 1], now, n, allowed, expires, p)
+      end
     end
     local code = binding + binding
     if allowed then

@@ -5,7 +5,8 @@
 //	POST /v1/reset     forget a key (admin)
 //	GET  /v1/policies  the named policies and Envoy domains
 //	POST /v1/envoy/rule the rule of an Envoy domain a descriptor meets
-//	GET  /v1/keys      a tracked policy's top keys (admin)
+//	GET  /v1/keys      a tracked policy's top keys, or all of them page by page (admin)
+//	GET  /v1/keys/{key}/usage  one key's usage series (admin)
 //	GET  /v1/stats     counters and state for the dashboard (admin; when Stats is given)
 //	GET  /v1/stats/history the service's last 24 h per policy (admin; when History is given)
 //	GET  /dashboard    a live dashboard page over /v1/stats (when enabled)
@@ -104,6 +105,7 @@ func Handler(svc *service.Service, o Options) http.Handler {
 	mux.HandleFunc("/v1/policies", a.method(http.MethodGet, a.client(a.policies)))
 	mux.HandleFunc("/v1/envoy/rule", a.method(http.MethodPost, a.client(a.envoyRule)))
 	mux.HandleFunc("/v1/keys", a.method(http.MethodGet, a.admin(a.keys)))
+	mux.HandleFunc("/v1/keys/{key}/usage", a.method(http.MethodGet, a.admin(a.keyUsage)))
 	if o.Stats != nil {
 		mux.HandleFunc("/v1/stats", a.method(http.MethodGet, a.admin(a.stats)))
 		if o.Dashboard {
@@ -362,9 +364,13 @@ func (a *api) policies(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) keys(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if pagedListing(q) {
+		a.listKeys(w, r)
+		return
+	}
 	for k := range q {
 		if k != "policy" && k != "sort" && k != "limit" {
-			writeError(w, http.StatusBadRequest, "unknown_parameter", k, "unknown query parameter; allowed: policy, sort, limit")
+			writeError(w, http.StatusBadRequest, "unknown_parameter", k, "unknown query parameter; allowed: policy, sort, order, window, limit, cursor")
 			return
 		}
 	}
@@ -377,7 +383,7 @@ func (a *api) keys(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("sort"); s != "" {
 		o, err := usage.ParseOrder(s)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_sort", "sort", "want requests, denied or last_seen")
+			writeError(w, http.StatusBadRequest, "invalid_sort", "sort", "want requests, denied, last_seen, first_seen or usage")
 			return
 		}
 		by = o

@@ -47,13 +47,31 @@ import (
 //	400     invalid_cost            a cost below 1 (0, negative) or above
 //	                                2^53-1
 //	400     too_many_items          more items than limits.max_batch
-//	400     not_tracked             /v1/keys on a policy without track: true
+//	400     not_tracked             /v1/keys (or a key's usage) on a policy
+//	                                without track: true
+//	400     no_series               /v1/keys/{key}/usage on a policy without a
+//	                                series (track 1m for 24h)
 //	400     invalid_sort            /v1/keys?sort= other than requests, denied,
-//	                                last_seen
+//	                                last_seen, first_seen, usage; usage on a
+//	                                policy without a series
+//	400     invalid_order           /v1/keys?order= other than asc, desc
+//	400     invalid_window          /v1/keys?window= not a duration above 0 and
+//	                                at most the series' retention, or on a
+//	                                policy without a series
+//	400     invalid_cursor          a cursor of another query (policy, sort,
+//	                                order, window), malformed, or expired
 //	400     invalid_limit           /v1/keys?limit= not an integer from 1 to
 //	                                10000
+//	400     invalid_from            usage: from not RFC 3339 or a duration
+//	                                before now, or after to
+//	400     invalid_to              usage: to not RFC 3339 or a duration before
+//	                                now
+//	400     invalid_step            usage: step not a whole multiple of the
+//	                                series' resolution, or over 10000 points
 //	400     unknown_parameter       /v1/keys with a query parameter other than
-//	                                policy, sort, limit
+//	                                policy, sort, order, window, limit, cursor;
+//	                                usage with one other than policy, from,
+//	                                to, step (TestKeyUsage, TestKeysPaged)
 //	401     unauthorized            an admin endpoint (/v1/reset, /v1/keys)
 //	                                without "Authorization: Bearer <token>", or
 //	                                with the wrong token, when a token is
@@ -324,7 +342,7 @@ func TestErrors(t *testing.T) {
 		{name: "keys with limit 0", c: call{method: "GET", path: "/v1/keys?policy=uploads&limit=0", auth: bearer}, status: 400, code: "invalid_limit", field: "limit"},
 		{name: "keys with limit 10001", c: call{method: "GET", path: "/v1/keys?policy=uploads&limit=10001", auth: bearer}, status: 400, code: "invalid_limit", field: "limit"},
 		{name: "keys with limit abc", c: call{method: "GET", path: "/v1/keys?policy=uploads&limit=abc", auth: bearer}, status: 400, code: "invalid_limit", field: "limit"},
-		{name: "keys with an unknown parameter", c: call{method: "GET", path: "/v1/keys?policy=uploads&order=asc", auth: bearer}, status: 400, code: "unknown_parameter", field: "order"},
+		{name: "keys with an unknown parameter", c: call{method: "GET", path: "/v1/keys?policy=uploads&size=3", auth: bearer}, status: 400, code: "unknown_parameter", field: "size"},
 
 		// /v1/reset bodies.
 		{name: "reset without policy", c: call{method: "POST", path: "/v1/reset", body: `{"key":"k"}`, auth: bearer}, status: 400, code: "missing_policy", field: "policy"},

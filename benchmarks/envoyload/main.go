@@ -440,8 +440,8 @@ func describeMachine(ctx context.Context, admin *redis.Client, o options, rlVers
 			}
 		}
 	}
-	fmt.Fprintf(&b, "- `%s` (%d passes, %s warm-up + %s measured per run, open loop %d/s with at most %d in flight, %d gRPC connections)\n",
-		o.commandLine, o.passes, o.warmup, o.duration, o.openRate, o.openWorkers, o.conns)
+	fmt.Fprintf(&b, "- `%s` (%s, %s warm-up + %s measured per run, open loop %d/s with at most %d in flight, %d gRPC connections)\n",
+		o.commandLine, plural(o.passes, "pass", "passes"), o.warmup, o.duration, o.openRate, o.openWorkers, o.conns)
 	fmt.Fprintf(&b, "- floodgate at %s; github.com/envoyproxy/ratelimit %s (src/service_cmd); redis-server %s; %s; %d CPUs (%s); CLK_TCK %d; %s\n",
 		commit, rlVersion, ver, goVer, nCPU, model, clkTck, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	return b.String()

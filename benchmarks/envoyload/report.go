@@ -70,7 +70,7 @@ func summarize(rows []row, w workload, c contender) (cell, bool) {
 }
 
 func printReport(w io.Writer, rows []row, ws []workload, cs []contender, o options, machine string) {
-	fmt.Fprintf(w, "floodgate serve against envoyproxy/ratelimit on one redis-server: medians over %d interleaved passes\n\n", o.passes)
+	fmt.Fprintf(w, "floodgate serve against envoyproxy/ratelimit on one redis-server: medians over %s\n\n", plural(o.passes, "interleaved pass", "interleaved passes"))
 	if machine != "" {
 		fmt.Fprint(w, machine, "\n")
 	}
@@ -158,4 +158,11 @@ func printReport(w io.Writer, rows []row, ws []workload, cs []contender, o optio
 	fmt.Fprintln(w, "The Envoy domain file both load unchanged (requests: domain `bench`, one descriptor `{user: uN}` or `{hot: u0}`, hits_addend 1):")
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "```yaml\n", domainYAML, "```\n")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -121,7 +122,7 @@ func (b cpuSample) shares(a cpuSample) (foreign, steal, self, redis, contender f
 // redis-server use at most maxForeign % of all CPUs over one second, so
 // that a run does not start in a neighbour's burst. It returns the last
 // reading.
-func waitQuiet(redisPid int, maxForeign float64, limit time.Duration) float64 {
+func waitQuiet(ctx context.Context, redisPid int, maxForeign float64, limit time.Duration) float64 {
 	deadline := time.Now().Add(limit)
 	self := os.Getpid()
 	for {
@@ -129,7 +130,9 @@ func waitQuiet(redisPid int, maxForeign float64, limit time.Duration) float64 {
 		if err != nil {
 			return -1
 		}
-		time.Sleep(time.Second)
+		if !sleepCtx(ctx, time.Second) {
+			return -1
+		}
 		b, err := readCPU(redisPid, self)
 		if err != nil {
 			return -1

@@ -151,11 +151,15 @@ func runLoad(ctx context.Context, cl *client, w workload, warmup, duration time.
 	marks := make(chan struct{})
 	go func() {
 		defer close(marks)
-		time.Sleep(time.Until(mStart))
+		if !sleepCtx(ctx, time.Until(mStart)) {
+			return
+		}
 		if res.cpu0, markErr = mark(); markErr != nil {
 			return
 		}
-		time.Sleep(time.Until(end))
+		if !sleepCtx(ctx, time.Until(end)) {
+			return
+		}
 		res.cpu1, markErr = mark()
 	}()
 
@@ -187,7 +191,7 @@ func runLoad(ctx context.Context, cl *client, w workload, warmup, duration time.
 				lat := make([]time.Duration, 0, 1<<14)
 				for {
 					t0 := time.Now()
-					if !t0.Before(end) {
+					if !t0.Before(end) || ctx.Err() != nil {
 						break
 					}
 					code, err := cl.check(ctx, g, w.rule, keys[r.IntN(len(keys))], 5*time.Second)
@@ -219,7 +223,7 @@ func runLoad(ctx context.Context, cl *client, w workload, warmup, duration time.
 				lat := make([]time.Duration, 0, 1<<12)
 				for {
 					i := next.Add(1) - 1
-					if i >= total {
+					if i >= total || ctx.Err() != nil {
 						break
 					}
 					sched := start.Add(time.Duration(float64(i) * interval))
@@ -243,6 +247,9 @@ func runLoad(ctx context.Context, cl *client, w workload, warmup, duration time.
 	}
 	wg.Wait()
 	<-marks
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if markErr != nil {
 		return nil, markErr
 	}
@@ -261,4 +268,17 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	}
 	i := int(float64(len(sorted))*q+0.999999) - 1
 	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// sleepCtx sleeps for d, or until ctx is done; it reports whether it slept
+// the whole time.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -30,11 +30,13 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,7 +90,11 @@ func main() {
 	o.workloads = regexp.MustCompile(workRe)
 	o.logw = os.Stderr
 	o.commandLine = "go run ./envoyload " + strings.Join(os.Args[1:], " ")
-	if _, err := run(context.Background(), o, os.Stdout); err != nil {
+	// SIGINT or SIGTERM ends the run early, with everything it started
+	// stopped and its files removed.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := run(ctx, o, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -218,9 +224,12 @@ func run(ctx context.Context, o options, stdout io.Writer) ([]row, error) {
 			for _, c := range cs {
 				var r row
 				for try := 1; ; try++ {
+					if err := ctx.Err(); err != nil {
+						return nil, err
+					}
 					rt := redisFor[c.cluster]
 					if o.maxForeign < 100 {
-						if f := waitQuiet(rt.pid, o.maxForeign, o.maxWait); f > o.maxForeign {
+						if f := waitQuiet(ctx, rt.pid, o.maxForeign, o.maxWait); f > o.maxForeign {
 							logf("still %.0f%% foreign CPU after waiting %s; running anyway", f, o.maxWait)
 						}
 					}

@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: test check redis browser fuzz bench bench-mem bench-peers release image ship-check
+.PHONY: test check redis browser fuzz bench bench-mem bench-peers bench-envoy release image ship-check
 
 ## test: gofmt and vet, then every test with the race detector, shuffled,
 ## uncached, with real redis-server processes (installed when missing, and
@@ -90,8 +90,10 @@ fuzz: redis
 ## run (20-40 minutes on 2 cores; the machine should be idle): memstore
 ## against in-process peers (benchmarks/run.sh, benchstat), redisstore
 ## against Redis peers (benchmarks/redisload -mode mem and -mode load), and
-## floodgate serve under floodgate bench (benchmarks/service.sh). Shorter:
-## make bench PEER_PASSES=1 MEM_PASSES=1 BENCHTIME=50ms MAX_FOREIGN=40 LOAD_DURATION=2s DURATION=1s
+## floodgate serve under floodgate bench (benchmarks/service.sh), and floodgate
+## serve against envoyproxy/ratelimit (benchmarks/envoyload, 15-20 minutes of
+## it). Shorter:
+## make bench PEER_PASSES=1 MEM_PASSES=1 BENCHTIME=50ms MAX_FOREIGN=40 LOAD_DURATION=2s DURATION=1s ENVOY_PASSES=1 ENVOY_DURATION=1s
 ## (6.6 minutes on an idle 2-core VM, a check of the plumbing rather than figures:
 ## with 50 ms runs, benchmarks/run.sh counts its own process starts as foreign
 ## load, hence MAX_FOREIGN).
@@ -101,6 +103,9 @@ MEM_PASSES ?= 6
 BENCHTIME ?= 200ms
 LOAD_DURATION ?= 10s
 DURATION ?= 10s
+ENVOY_PASSES ?= 3
+ENVOY_DURATION ?= 5s
+ENVOY_FLAGS ?=
 bench: redis
 	mkdir -p $(BENCH_OUT)
 	PEER_PASSES=$(PEER_PASSES) MEM_PASSES=$(MEM_PASSES) BENCHTIME=$(BENCHTIME) benchmarks/run.sh $(BENCH_OUT)
@@ -110,7 +115,16 @@ bench: redis
 	cd benchmarks && $(GO) run ./redisload -mode load -duration $(LOAD_DURATION) > $(abspath $(BENCH_OUT))/redis-load.md
 	cd benchmarks && $(GO) run ./redisload -mode calls > $(abspath $(BENCH_OUT))/redis-calls.md
 	DURATION=$(DURATION) benchmarks/service.sh $(BENCH_OUT)
-	@echo "tables in $(BENCH_OUT)/: peers.md memstore.md redis-mem.md redis-load.md redis-calls.md service.md"
+	cd benchmarks && $(GO) run ./envoyload -passes $(ENVOY_PASSES) -duration $(ENVOY_DURATION) $(ENVOY_FLAGS) -out $(abspath $(BENCH_OUT)) > /dev/null
+	@echo "tables in $(BENCH_OUT)/: peers.md memstore.md redis-mem.md redis-load.md redis-calls.md service.md envoy.md"
+
+## bench-envoy: floodgate serve against envoyproxy/ratelimit on one private
+## redis-server (benchmarks/envoyload; its README section). Writes
+## BENCH_OUT/envoy.md (the table), envoy.tsv (every run), envoy.log.
+## ENVOY_FLAGS passes more flags, e.g. ENVOY_FLAGS='-contenders ^floodgate -workloads hot'.
+bench-envoy: redis
+	mkdir -p $(BENCH_OUT)
+	cd benchmarks && $(GO) run ./envoyload -passes $(ENVOY_PASSES) -duration $(ENVOY_DURATION) $(ENVOY_FLAGS) -out $(abspath $(BENCH_OUT))
 
 ## bench-mem: the memory store's benchmarks alone (fast).
 bench-mem:

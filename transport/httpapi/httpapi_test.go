@@ -62,10 +62,9 @@ import (
 //	                                order, window), malformed, or expired
 //	400     invalid_limit           /v1/keys?limit= not an integer from 1 to
 //	                                10000
-//	400     invalid_from            usage: from not RFC 3339 or a duration
-//	                                before now, or after to
-//	400     invalid_to              usage: to not RFC 3339 or a duration before
-//	                                now
+//	400     invalid_time            usage, history: from or to not RFC 3339,
+//	                                "now" or a duration before now
+//	400     invalid_range           usage, history: from after to
 //	400     invalid_step            usage: step not a whole multiple of the
 //	                                series' resolution, or over 10000 points
 //	400     unknown_parameter       /v1/keys with a query parameter other than

@@ -136,8 +136,9 @@ func (a *api) policyRetention(name string) time.Duration {
 	return 0
 }
 
-// timeParam is a from or to parameter: an RFC 3339 time, or a duration
-// before now (-1h; 0s is now).
+// timeParam is a from or to parameter, read as /v1/stats/history reads
+// its own (parseWhen): an RFC 3339 time, "now", or a duration before now
+// (-1h; 0s is now).
 type timeParam struct {
 	set bool
 	at  time.Time     // absolute
@@ -148,6 +149,9 @@ type timeParam struct {
 func parseTimeParam(s string) (timeParam, bool) {
 	if s == "" {
 		return timeParam{}, true
+	}
+	if s == "now" {
+		return timeParam{set: true, rel: true}, true
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return timeParam{set: true, at: t}, true
@@ -221,12 +225,12 @@ func (a *api) keyUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	from, ok := parseTimeParam(q.Get("from"))
 	if !ok {
-		writeError(w, http.StatusBadRequest, "invalid_from", "from", "want an RFC 3339 time or a duration before now, such as -1h")
+		writeError(w, http.StatusBadRequest, "invalid_time", "from", errWhen.Error())
 		return
 	}
 	to, ok := parseTimeParam(q.Get("to"))
 	if !ok {
-		writeError(w, http.StatusBadRequest, "invalid_to", "to", "want an RFC 3339 time or a duration before now, such as -5m")
+		writeError(w, http.StatusBadRequest, "invalid_time", "to", errWhen.Error())
 		return
 	}
 	var step time.Duration
@@ -254,7 +258,11 @@ func (a *api) keyUsage(w http.ResponseWriter, r *http.Request) {
 	sum, err := series.Summarize(start, end, step)
 	var qe *usage.QueryError
 	if errors.As(err, &qe) {
-		writeError(w, http.StatusBadRequest, "invalid_"+qe.Field, qe.Field, qe.Msg)
+		code := "invalid_" + qe.Field
+		if qe.Field == "from" {
+			code = "invalid_range" // from after to, as /v1/stats/history says it
+		}
+		writeError(w, http.StatusBadRequest, code, qe.Field, qe.Msg)
 		return
 	}
 	if err != nil {

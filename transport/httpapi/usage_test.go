@@ -101,9 +101,9 @@ func TestKeyUsage(t *testing.T) {
 	}{
 		{"/v1/keys/a/usage?policy=api&step=30s", "invalid_step", "step", 400},
 		{"/v1/keys/a/usage?policy=api&step=90s", "invalid_step", "step", 400},
-		{"/v1/keys/a/usage?policy=api&step=1m&from=-1s&to=-1h", "invalid_from", "from", 400},
-		{"/v1/keys/a/usage?policy=api&from=yesterday", "invalid_from", "from", 400},
-		{"/v1/keys/a/usage?policy=api&to=1h", "invalid_to", "to", 400},
+		{"/v1/keys/a/usage?policy=api&step=1m&from=-1s&to=-1h", "invalid_range", "from", 400},
+		{"/v1/keys/a/usage?policy=api&from=yesterday", "invalid_time", "from", 400},
+		{"/v1/keys/a/usage?policy=api&to=1h", "invalid_time", "to", 400},
 		{"/v1/keys/a/usage?policy=api&step=1s", "invalid_step", "step", 400},
 		{"/v1/keys/a/usage?policy=api&from=-8000h", "invalid_step", "step", 400},
 		{"/v1/keys/a/usage?policy=plain", "no_series", "policy", 400},

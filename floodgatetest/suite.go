@@ -491,6 +491,8 @@ func (h *Harness) testInvalid(t *testing.T) {
 	}{
 		{"empty key", floodgate.Request{Policy: &good, Key: "", N: 1}, floodgate.ErrInvalidKey},
 		{"key too long", floodgate.Request{Policy: &good, Key: secret + strings.Repeat("k", maxLen), N: 1}, floodgate.ErrInvalidKey},
+		{"key not UTF-8", floodgate.Request{Policy: &good, Key: secret + "\xff{", N: 1}, floodgate.ErrInvalidKey},
+		{"key not UTF-8, peek", floodgate.Request{Policy: &good, Key: secret + "\xc3", N: 1, Peek: true}, floodgate.ErrInvalidKey},
 		{"zero cost", floodgate.Request{Policy: &good, Key: secret, N: 0}, floodgate.ErrInvalidCost},
 		{"negative cost", floodgate.Request{Policy: &good, Key: secret, N: -3}, floodgate.ErrInvalidCost},
 		{"cost above MaxCost", floodgate.Request{Policy: &good, Key: secret, N: floodgate.MaxCost + 1}, floodgate.ErrInvalidCost},
@@ -514,6 +516,9 @@ func (h *Harness) testInvalid(t *testing.T) {
 	}
 	if err := store.Reset(ctx, &good, ""); !errors.Is(err, floodgate.ErrInvalidKey) {
 		t.Errorf("Reset with an empty key: %v, want ErrInvalidKey", err)
+	}
+	if err := store.Reset(ctx, &good, secret+"\xff"); !errors.Is(err, floodgate.ErrInvalidKey) {
+		t.Errorf("Reset with a key not UTF-8: %v, want ErrInvalidKey", err)
 	}
 }
 

@@ -38,6 +38,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/internal/algo"
@@ -360,7 +361,7 @@ func (sh *shard) find(h uint64, name, key string) *entry {
 // Take decides req (see floodgate.Store). The context is not consulted: a
 // decision never waits for anything but a shard's mutex.
 func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
-	if req.Policy == nil || req.Key == "" || len(req.Key) > s.maxKeyLen || req.N < 1 || req.N > floodgate.MaxCost || s.closed.Load() {
+	if req.Policy == nil || req.Key == "" || len(req.Key) > s.maxKeyLen || !utf8.ValidString(req.Key) || req.N < 1 || req.N > floodgate.MaxCost || s.closed.Load() {
 		return floodgate.Decision{}, s.badRequest(&req)
 	}
 	now := s.now()

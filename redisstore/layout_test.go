@@ -54,19 +54,21 @@ func parsePolicies(t *testing.T, texts []string) []floodgate.Policy {
 }
 
 // nastyKeys are keys that a hash tag could trip on: braces anywhere, tag-like
-// keys, binary bytes, the longest key allowed.
+// keys, control and multi-byte characters, the longest key allowed. (Keys
+// are valid UTF-8: stores refuse others: floodgatetest.Run, "InvalidRequests".)
 func nastyKeys(rng *rand.Rand) []string {
 	keys := []string{"{", "}", "{}", "}{", "{{}}", "a{b}c", "{a}", "a}", "{a", "x}:u", ":", "::{}::",
-		"\x00", "\xff\xfe\x00{", "ü}", strings.Repeat("{", 50), strings.Repeat("k", storekit.DefaultMaxKeyLen)}
+		"\x00", "\u00ff\u00fe\x00{", "ü}", "\U0001F600{}", strings.Repeat("{", 50), strings.Repeat("k", storekit.DefaultMaxKeyLen)}
 	for i := 0; i < 40; i++ {
-		b := make([]byte, 1+rng.IntN(40))
-		for j := range b {
-			b[j] = byte(rng.IntN(256))
+		var b strings.Builder
+		for j := 1 + rng.IntN(40); j > 0; j-- {
 			if rng.IntN(4) == 0 {
-				b[j] = "{}:"[rng.IntN(3)]
+				b.WriteByte("{}:"[rng.IntN(3)])
+			} else {
+				b.WriteRune(rune(rng.IntN(0xD800)))
 			}
 		}
-		keys = append(keys, string(b))
+		keys = append(keys, b.String())
 	}
 	return keys
 }

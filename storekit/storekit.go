@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgatehq/floodgate"
 )
@@ -71,14 +72,18 @@ func CheckRequest(req *floodgate.Request, maxKeyLen int) error {
 }
 
 // CheckKey returns an error wrapping floodgate.ErrInvalidKey when key is
-// empty or longer than maxKeyLen bytes. The error gives the length, never
-// the key.
+// empty, longer than maxKeyLen bytes or not valid UTF-8 (as the Limiter,
+// the HTTP API and the gRPC API refuse it: every surface of floodgate
+// agrees on what a key is). The error gives the length, never the key.
 func CheckKey(key string, maxKeyLen int) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", floodgate.ErrInvalidKey)
 	}
 	if len(key) > maxKeyLen {
 		return fmt.Errorf("%w: key of %d bytes exceeds the maximum of %d", floodgate.ErrInvalidKey, len(key), maxKeyLen)
+	}
+	if !utf8.ValidString(key) {
+		return fmt.Errorf("%w: key of %d bytes is not valid UTF-8", floodgate.ErrInvalidKey, len(key))
 	}
 	return nil
 }

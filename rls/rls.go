@@ -46,6 +46,11 @@ type Descriptor struct {
 	// HitsAddend, when set (0 included: check only), replaces the
 	// request's.
 	HitsAddend *uint64
+	// NegativeHits (the proto's is_negative_hits) makes the descriptor's
+	// hits a refund to its counter: SPEC.md's refund of that many, answered
+	// OK without a limit check (envoyproxy/ratelimit decrements its
+	// counter, floored at 0). Hits 0 refunds nothing.
+	NegativeHits bool
 }
 
 // Entry is a descriptor entry.
@@ -119,7 +124,9 @@ func New(svc *service.Service, cfg *config.Config) (*Engine, error) {
 // first (refusing the whole configuration if it fails), then swaps. Every
 // policy of the table is interned by the service (Service.Intern), so that
 // a rule that did not change keeps its identity across reloads.
-func (e *Engine) Compile(cfg *config.Config) (*Table, error) { return compile(cfg, e.svc.Intern) }
+func (e *Engine) Compile(cfg *config.Config) (*Table, error) {
+	return compile(cfg, e.svc.Intern, e.svc.Budgets())
+}
 
 // Swap puts t, compiled from the configuration the service now has, in
 // force. Requests in flight finish under the old table.
@@ -145,7 +152,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, er
 	}
 	ds := e.svc.Decide(ctx, plan.Requests)
 	for j := range ds {
-		if !plan.Requests[j].Peek {
+		if !plan.Requests[j].Peek && !plan.Requests[j].Refund {
 			e.svc.Count(plan.rules[j].label, ds[j], plan.rules[j].shadow)
 		}
 	}
@@ -159,6 +166,7 @@ type Table struct {
 	maxKeyBytes     int
 	shadowMode      bool // envoy.shadow_mode: OK overall, whatever the statuses
 	responseHeaders bool // envoy.response_headers
+	budgets         bool // the store takes refunds (negative hits)
 }
 
 // domain is a compiled Envoy domain: a tree of nodes, and the rules of the
@@ -220,8 +228,9 @@ type rule struct {
 
 // compile builds the matching trees and the policies of every rule,
 // interned by intern.
-func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Policy) (*Table, error) {
+func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Policy, budgets bool) (*Table, error) {
 	t := &Table{
+		budgets:         budgets,
 		domains:         make(map[string]*domain, len(cfg.Domains)),
 		maxDescriptors:  cfg.Bounds.MaxDescriptors,
 		maxKeyBytes:     cfg.Bounds.MaxKeyBytes,

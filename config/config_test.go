@@ -143,7 +143,7 @@ envoy:
 			"f.yaml:4: admin.password: unknown field; allowed here: token, token_file, allow_loopback",
 			"f.yaml:6: limits.max_keys: unknown field; allowed here: max_body_bytes, max_batch, max_key_bytes, max_descriptors, max_connections, max_header_bytes, read_header_timeout, read_timeout, write_timeout, idle_timeout, max_concurrent_streams, keepalive_min_time",
 			"f.yaml:8: listen.https: unknown field; allowed here: http, grpc, http_tls, grpc_tls, tls_cert, tls_key",
-			"f.yaml:10: envoy.shadow: unknown field; allowed here: shadow_mode, merge_domains, response_headers",
+			"f.yaml:10: envoy.shadow: unknown field; allowed here: shadow_mode, merge_domains, response_headers, calendar_month",
 		}},
 
 		// Wrong types.

@@ -60,7 +60,7 @@ func (t *Table) Match(req Request) (*Plan, error) {
 				return nil, &service.RequestError{Code: "invalid_descriptor", Field: fmt.Sprintf("descriptors[%d].limit.unit", i),
 					Msg: fmt.Sprintf("unit %s: want one of second, minute, hour, day, week, month, year", l.Unit)}
 			}
-			rules[i] = dom.override(l)
+			rules[i] = dom.override(l, desc.Entries)
 			values[i] = entryValues(desc.Entries)
 		} else {
 			rules[i], values[i] = dom.match(desc.Entries)

@@ -167,6 +167,7 @@ type Table struct {
 	shadowMode      bool // envoy.shadow_mode: OK overall, whatever the statuses
 	responseHeaders bool // envoy.response_headers
 	budgets         bool // the store takes refunds (negative hits)
+	calendarMonth   bool // envoy.calendar_month: the month unit is the UTC calendar month
 }
 
 // domain is a compiled Envoy domain: a tree of nodes, and the rules of the
@@ -174,6 +175,8 @@ type Table struct {
 type domain struct {
 	name string
 	root *node
+
+	calendarMonth bool // envoy.calendar_month, for the overrides' windows
 
 	mu        sync.Mutex
 	overrides map[overrideKey]*rule // at most maxOverrides, then forgotten at once
@@ -184,16 +187,20 @@ type domain struct {
 	taken map[string]string
 }
 
+// overrideKey identifies an override rule: the counters' policy name it
+// shares (a configured rule's, or the domain's for the unit), its unit and
+// its requests per unit.
 type overrideKey struct {
+	name string
 	unit config.Unit
 	rpu  uint32
 }
 
 // maxOverrides bounds the override rules a domain keeps: each distinct
-// (unit, requests per unit) a request carries makes one, and clients
-// choose them, so they are forgotten (all at once) past this many. A rule
-// made again has the same policy (name and parameters), hence the same
-// counters in the store.
+// (counters, unit, requests per unit) a request carries makes one, and
+// clients choose them, so they are forgotten (all at once) past this many.
+// A rule made again has the same policy (name and parameters), hence the
+// same counters in the store.
 const maxOverrides = 256
 
 // node is one level of a domain's tree, as envoyproxy/ratelimit's
@@ -229,8 +236,12 @@ type rule struct {
 // compile builds the matching trees and the policies of every rule,
 // interned by intern.
 func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Policy, budgets bool) (*Table, error) {
+	if cfg.Envoy.CalendarMonth && !budgets {
+		return nil, fmt.Errorf("envoy.calendar_month (USE_CALENDAR_MONTH_RATE_LIMIT): the store does not decide calendar windows; use one that does (memory) or turn it off")
+	}
 	t := &Table{
 		budgets:         budgets,
+		calendarMonth:   cfg.Envoy.CalendarMonth,
 		domains:         make(map[string]*domain, len(cfg.Domains)),
 		maxDescriptors:  cfg.Bounds.MaxDescriptors,
 		maxKeyBytes:     cfg.Bounds.MaxKeyBytes,
@@ -242,7 +253,7 @@ func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Polic
 		names[p.Name] = "the policies section"
 	}
 	for _, d := range cfg.Domains {
-		dom := &domain{name: d.Name, root: &node{children: map[string]*node{}}, overrides: map[overrideKey]*rule{}}
+		dom := &domain{name: d.Name, root: &node{children: map[string]*node{}}, overrides: map[overrideKey]*rule{}, calendarMonth: cfg.Envoy.CalendarMonth}
 		if err := compileNodes(cfg, dom.root, d.Name, d.Descriptors, names, intern); err != nil {
 			return nil, err
 		}
@@ -288,7 +299,7 @@ func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.De
 				r.limit = limitOf(&p, rl.Name)
 			default:
 				name := policyName(full, names, d)
-				r.policy, r.check = fixedWindows(name, rl.RequestsPerUnit, rl.Unit)
+				r.policy, r.check = fixedWindows(name, rl.RequestsPerUnit, rl.Unit, cfg.Envoy.CalendarMonth)
 				r.fixed = true
 			}
 			if r.policy != nil {
@@ -315,11 +326,16 @@ func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.De
 // fixed window of the unit, aligned to the epoch, recording denied hits
 // (envoyproxy/ratelimit's INCRBY counts them); and its "check only" twin
 // of max+1, which shares its state (same name and shape): a peek of 1
-// under it passes exactly when the count has not passed the limit.
-func fixedWindows(name string, rpu uint32, unit config.Unit) (*floodgate.Policy, *floodgate.Policy) {
+// under it passes exactly when the count has not passed the limit. With
+// calendarMonth, a month is the UTC calendar month (SPEC.md, "Envoy's
+// rate limit service"): align calendar, period month.
+func fixedWindows(name string, rpu uint32, unit config.Unit, calendarMonth bool) (*floodgate.Policy, *floodgate.Policy) {
 	p := &floodgate.Policy{
 		Name: name, Algorithm: floodgate.FixedWindow, Max: int64(rpu),
 		Window: unit.Duration(), CountDenied: new(true),
+	}
+	if calendarMonth && unit == config.Month {
+		p.Window, p.Align, p.Period = 0, "calendar", "month"
 	}
 	check := *p
 	check.Max++
@@ -413,34 +429,53 @@ func (d *domain) match(entries []Entry) (*rule, []string) {
 }
 
 // override returns the rule of a request's limit override: a fixed window
-// of its unit and requests per unit. Metrics count it under the domain's
-// "<domain>.override", never under a name of the client's choosing.
-func (d *domain) override(l *Limit) *rule {
-	k := overrideKey{l.Unit, l.RequestsPerUnit}
+// of its unit and requests per unit on the counter envoyproxy/ratelimit
+// would use, which it keys by domain, entries and unit, never by the
+// limit. So where the entries' configured rule is an envoy-format limit of
+// the same unit, the override decides on that rule's counters (its policy
+// name; the key is the entries'), each request against its own requests
+// per unit; elsewhere on the domain's counters for the unit
+// ("<domain>.override.<unit>"), which every override of that unit and
+// entries shares. Metrics count it under the domain's "<domain>.override",
+// never under a name of the client's choosing.
+func (d *domain) override(l *Limit, entries []Entry) *rule {
+	name, label := d.overrideNames(l.Unit)
+	if r, _ := d.match(entries); r != nil && r.fixed && r.limit.Unit == l.Unit {
+		name = r.policy.Name
+	}
+	k := overrideKey{name, l.Unit, l.RequestsPerUnit}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if r, ok := d.overrides[k]; ok {
 		return r
 	}
-	name := fmt.Sprintf("%s.override.%s.%d", d.name, l.Unit, l.RequestsPerUnit)
-	label := d.name + ".override"
-	if len(name) > storekit.MaxNameLen || !validPolicyName(name) {
-		h := fnv.New32a()
-		h.Write([]byte(d.name))
-		name = fmt.Sprintf("envoy-%08x.override.%s.%d", h.Sum32(), l.Unit, l.RequestsPerUnit)
-		label = fmt.Sprintf("envoy-%08x.override", h.Sum32())
-	}
-	base := name[:min(len(name), storekit.MaxNameLen-8)]
-	for i := 2; d.taken[name] != ""; i++ { // a configured policy of that name: never share its counters
-		name = fmt.Sprintf("%s-%d", base, i)
-	}
-	p, check := fixedWindows(name, l.RequestsPerUnit, l.Unit)
+	p, check := fixedWindows(name, l.RequestsPerUnit, l.Unit, d.calendarMonth)
 	r := &rule{limit: Limit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}, policy: p, check: check, fixed: true, label: label}
 	if len(d.overrides) >= maxOverrides {
 		clear(d.overrides)
 	}
 	d.overrides[k] = r
 	return r
+}
+
+// overrideNames returns the policy name of the domain's override counters
+// of unit u, "<domain>.override.<unit>" (another name when that one is
+// taken by the configuration, or the domain's name cannot be in a policy
+// name), and the metrics label of its overrides.
+func (d *domain) overrideNames(u config.Unit) (name, label string) {
+	name = fmt.Sprintf("%s.override.%s", d.name, u)
+	label = d.name + ".override"
+	if len(name) > storekit.MaxNameLen || !validPolicyName(name) {
+		h := fnv.New32a()
+		h.Write([]byte(d.name))
+		name = fmt.Sprintf("envoy-%08x.override.%s", h.Sum32(), u)
+		label = fmt.Sprintf("envoy-%08x.override", h.Sum32())
+	}
+	base := name[:min(len(name), storekit.MaxNameLen-8)]
+	for i := 2; d.taken[name] != ""; i++ { // a configured policy of that name: never share its counters
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
+	return name, label
 }
 
 func validPolicyName(n string) bool {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
@@ -227,5 +228,40 @@ func TestCalendarMonth(t *testing.T) {
 				t.Fatalf("calendar %v, %s: %s reset %v; want %s reset %v", cal, s.note, got, st.DurationUntilReset, s.want, want)
 			}
 		}
+	}
+}
+
+// TestCalendarMonthTTL: a calendar month's counter lives until the month's
+// end and no longer: the store forgets it at 00:00 UTC on the 1st, not
+// 30 days after it was made.
+func TestCalendarMonthTTL(t *testing.T) {
+	cfg, err := parse(budgetDomain, "envoy: {calendar_month: true}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := floodgatetest.NewManualClock(time.Date(2026, 1, 31, 23, 59, 30, 0, time.UTC))
+	store, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	svc, err := service.New(cfg, service.Options{Store: store, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := rls.New(svc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := summaries(ask(t, eng, "b", d("plan", "p"))); got != "OK(1)" {
+		t.Fatalf("first hit: %s", got)
+	}
+	clock.Set(time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC).Add(-time.Microsecond))
+	if n := store.Sweep(); n != 0 || store.Stats().Entries != 1 {
+		t.Fatalf("the month's last µs: swept %d, %d entries; want the counter kept", n, store.Stats().Entries)
+	}
+	clock.Advance(time.Microsecond)
+	if n := store.Sweep(); n != 1 || store.Stats().Entries != 0 {
+		t.Fatalf("Feb 1 00:00 UTC: swept %d, %d entries; want the counter gone", n, store.Stats().Entries)
 	}
 }

@@ -23,6 +23,7 @@ func (s *recordStore) Take(_ context.Context, req floodgate.Request) (floodgate.
 	s.reqs = append(s.reqs, req)
 	if req.Reserve != nil {
 		req.Reserve.Key, req.Reserve.N = req.Key, req.N
+		req.Reserve.Holds = make([]int64, 4*(len(req.Group)+1))
 	}
 	return floodgate.Decision{Allowed: true, Granted: req.N}, nil
 }

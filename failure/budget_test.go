@@ -22,7 +22,9 @@ var (
 	perDay  = floodgate.Policy{Name: "day", Algorithm: floodgate.FixedWindow, Max: 100, Align: "calendar", Period: "day", TZ: "Europe/Paris"}
 )
 
-func quiet() failure.Option { return failure.WithLogger(slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))) }
+func quiet() failure.Option {
+	return failure.WithLogger(slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)))
+}
 
 // TestBudgetsForwarded: the wrapper reports the wrapped store's Budgets,
 // and replays the project's vectors on memstore as memstore does.

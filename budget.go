@@ -76,7 +76,7 @@ func (l *Limiter) AllowAtMost(ctx context.Context, key string, n int64) (Decisio
 	}
 	req := l.request(key, n)
 	req.AtMost = true
-	return l.store.Take(ctx, req)
+	return l.take(ctx, req)
 }
 
 // Reserve is AllowN that also returns what Settle needs to give back the
@@ -92,7 +92,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservatio
 	r := &Reservation{limiter: l}
 	req := l.request(key, n)
 	req.Reserve = r
-	d, err := l.store.Take(ctx, req)
+	d, err := l.take(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -126,11 +126,11 @@ func (l *Limiter) Settle(ctx context.Context, r *Reservation, used int64) (Decis
 		// reservation that no store holds (package failure).
 		req := l.request(r.Key, 1)
 		req.Peek = true
-		return l.store.Take(ctx, req)
+		return l.take(ctx, req)
 	}
 	req := l.request(r.Key, r.N-used)
 	req.Settle = r
-	return l.store.Take(ctx, req)
+	return l.take(ctx, req)
 }
 
 // Refund gives back n units (1 to MaxCost) to key's current state under
@@ -146,7 +146,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64) (Decision, er
 	}
 	req := l.request(key, n)
 	req.Refund = true
-	return l.store.Take(ctx, req)
+	return l.take(ctx, req)
 }
 
 // budgetCall checks a budget operation's store, key and cost.

@@ -3,6 +3,7 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 
@@ -20,6 +21,7 @@ type recordStore struct {
 func (s *recordStore) Take(_ context.Context, req floodgate.Request) (floodgate.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	req.Group = slices.Clone(req.Group) // the Limiter reuses it
 	s.reqs = append(s.reqs, req)
 	if req.Reserve != nil {
 		req.Reserve.Key, req.Reserve.N = req.Key, req.N

@@ -20,9 +20,9 @@ type member struct {
 	key    string
 	h      uint64
 	sh     *shard
-	e      *entry // nil until found or made
-	fresh  bool   // e was made for this request
-	live   bool   // e held anything before the operation (usage tracking)
+	e      *entry       // nil until found or made
+	fresh  bool         // e was made for this request
+	live   bool         // e held anything before the operation (usage tracking)
 	bounds *algo.Bounds // a calendar window's, else nil
 }
 

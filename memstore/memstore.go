@@ -206,7 +206,7 @@ func WithMaxKeys(n int) Option {
 }
 
 // WithUnbounded lifts the bound on the entries the store holds: it grows
-// with the number of keys holding state, without limit (about 120 to 300
+// with the number of keys holding state, without limit (about 135 to 310
 // bytes per key, docs/operations.md), so a flood of distinct keys can
 // exhaust the process's memory. Use it only where the keys are known to be
 // few. Of WithMaxKeys and WithUnbounded, the last given applies.

@@ -265,3 +265,37 @@ func TestCalendarMonthTTL(t *testing.T) {
 		t.Fatalf("Feb 1 00:00 UTC: swept %d, %d entries; want the counter gone", n, store.Stats().Entries)
 	}
 }
+
+// TestNegativeHitsFloodgatePolicy: negative hits on a rule that names a
+// floodgate policy are that algorithm's refund (SPEC.md's table): a gcra
+// of burst 3 gets its cells back, and a sliding_log (here without
+// count_denied, its default) loses its newest entries.
+func TestNegativeHitsFloodgatePolicy(t *testing.T) {
+	eng, _ := newService(t, `policies:
+  cells: "gcra 3/1m burst 3"
+  log: "sliding_log 3/1m count_denied false"
+`, `domain: f
+descriptors:
+  - key: g
+    rate_limit: {policy: cells}
+  - key: l
+    rate_limit: {policy: log}
+`)
+	for _, key := range []string{"g", "l"} {
+		for i, want := range []string{"OK(2)", "OK(1)", "OK(0)", "OVER"} {
+			if got := summaries(ask(t, eng, "f", d(key, "a"))); got != want {
+				t.Fatalf("%s: hit %d: %s; want %s", key, i+1, got, want)
+			}
+		}
+		// The refund's answer is a peek of 1 after it: 2 back, so 2
+		// pass, and the peek's own 1 is not spent: OK(1).
+		if got := summaries(ask(t, eng, "f", neg(2, d(key, "a")))); got != "OK(1)" {
+			t.Fatalf("%s: refund of 2: %s; want OK(1)", key, got)
+		}
+		for i, want := range []string{"OK(1)", "OK(0)", "OVER"} {
+			if got := summaries(ask(t, eng, "f", d(key, "a"))); got != want {
+				t.Fatalf("%s: after the refund, hit %d: %s; want %s", key, i+1, got, want)
+			}
+		}
+	}
+}

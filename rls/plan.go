@@ -33,7 +33,10 @@ type Plan struct {
 // matched rule replaces, and plans a store request for each counted
 // descriptor. The error is a *service.RequestError naming the field: an
 // empty domain or descriptor list, too many descriptors, a bad override
-// unit, entries longer than a key may be.
+// unit, entries longer than a key may be, negative hits on a store that
+// takes no refunds. A descriptor with negative hits plans a refund
+// (floodgate.Request.Refund) of its hits, under the check-only twin of an
+// envoy-format limit so that its answer reads as envoyproxy/ratelimit's.
 func (t *Table) Match(req Request) (*Plan, error) {
 	if req.Domain == "" {
 		return nil, &service.RequestError{Code: "invalid_request", Field: "domain", Msg: "rate limit domain must not be empty"}

@@ -140,7 +140,10 @@ func (e *Engine) Table() *Table { return e.table.Load() }
 // neither shadowed nor in quota mode is over its limit (or every
 // quota-mode one is). An unknown domain gives OK statuses. The error is a
 // *service.RequestError for an empty domain or descriptor list, too many
-// descriptors, a bad override or an oversized descriptor.
+// descriptors, a bad override, an oversized descriptor, or negative hits
+// on a store that takes no refunds. A descriptor with negative hits is a
+// refund to its counter, answered OK (SPEC.md, "Envoy's rate limit
+// service").
 func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, error) {
 	t := e.table.Load()
 	plan, err := t.Match(req)

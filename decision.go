@@ -27,8 +27,11 @@ type Decision struct {
 	Degraded bool
 
 	// Binding is the index in Policy.Limits of the binding limit for
-	// SlidingWindow and AR1 policies; 0 for the other algorithms. (It is an
-	// int32 so that a Decision fits in five words.)
+	// SlidingWindow and AR1 policies; 0 for the other algorithms. For a
+	// group it indexes the members' limits flattened in member order
+	// (member 0's limits first, one for each policy of the other
+	// algorithms): the binding member's own binding limit. (It is an int32
+	// so that Binding and Allowed share a word.)
 	Binding int32
 
 	// Limit is the max (quota) of the binding limit: the one that denied,
@@ -49,6 +52,14 @@ type Decision struct {
 	RetryAfter time.Duration
 
 	// ResetAfter is the time until this key's state is back to empty (a
-	// fresh key's answer), or 0 when the key has no state.
+	// fresh key's answer), or 0 when the key has no state. For a group,
+	// the longest of its members'.
 	ResetAfter time.Duration
+
+	// Granted is how many units the request was granted: N when an add or
+	// a reservation is allowed, the grant of an AtMost request (1 to N), 0
+	// when denied. A peek reports what the add would be granted; a settle
+	// or refund what a peek of 1 gets after it (1 or 0). Stores that do not
+	// implement storekit.BudgetStore leave it 0.
+	Granted int64
 }

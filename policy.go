@@ -73,8 +73,30 @@ type Policy struct {
 	Window time.Duration
 
 	// Align says where a FixedWindow policy's windows start; the zero value
-	// means AlignEpoch.
+	// means AlignEpoch. Align("calendar") aligns them to the calendar of TZ
+	// (SPEC.md, "Calendar windows"): Period then says which, and Window
+	// must be zero.
 	Align Align
+
+	// Period is the calendar period of a FixedWindow policy with Align
+	// "calendar": "day" (from local midnight), "week" (ISO 8601, from
+	// Monday) or "month" (from the 1st). Its windows last as long as the
+	// period does in TZ: a day 23 to 25 hours across DST changes, a month
+	// 28 to 31 days. Empty for every other policy.
+	Period string
+
+	// TZ is the IANA time zone name ("Europe/Paris") whose calendar a
+	// calendar window follows; empty means UTC. Validate loads it with
+	// time.LoadLocation, so the process needs the system's time zone
+	// database or an import of time/tzdata. Empty for every other policy.
+	TZ string
+
+	// HashTag makes a store that shards keys (a Redis Cluster) place a key
+	// by the part inside a leading "{…}" only, so that the keys of a group
+	// ("{org7}" and "{org7}user3") can be decided in one atomic step
+	// (SPEC.md, "Keys in Redis"). Off by default: whoever chooses a key
+	// then chooses its shard. Stores on one node ignore it.
+	HashTag bool
 
 	// Burst is the token count a TokenBucket starts with (1 ≤ Burst ≤ Max),
 	// or how many emission intervals a GCRA policy may run ahead (≥ 1; the
@@ -179,7 +201,8 @@ func formatDuration(d time.Duration) string {
 // RateLimit-Policy fields, metrics and listings: Limits[i].Max (rounded down
 // for AR1) and Limits[i].Window (AR1: its Resolution) for SlidingWindow and
 // AR1 policies, where 0 ≤ i < len(p.Limits); Max and Window for every other
-// algorithm, whose only limit is i = 0. Any other i gives 0, 0.
+// algorithm, whose only limit is i = 0 (for a calendar window, Max and the
+// period's nominal length: 24h, 168h or 720h). Any other i gives 0, 0.
 func (p *Policy) Quota(i int) (quota int64, window time.Duration) {
 	switch {
 	case p.Algorithm == SlidingWindow || p.Algorithm == AR1:
@@ -198,10 +221,35 @@ func (p *Policy) Quota(i int) (quota int64, window time.Duration) {
 			return int64(math.Floor(m)), l.Resolution
 		}
 		return int64(m), l.Window
+	case i == 0 && p.Align == alignCalendar:
+		return p.Max, nominalPeriod(p.Period)
 	case i == 0:
 		return p.Max, p.Window
 	}
 	return 0, 0
+}
+
+// alignCalendar is the Align of calendar windows. It has no exported
+// constant (the root's names are counted): write Align("calendar").
+const alignCalendar Align = "calendar"
+
+// The calendar periods of SPEC.md, "Calendar windows".
+const (
+	periodDay   = "day"
+	periodWeek  = "week"
+	periodMonth = "month"
+)
+
+// nominalPeriod returns the usual length of a calendar period, for Quota:
+// 24 hours, 7 days, 30 days. The windows themselves follow the calendar.
+func nominalPeriod(period string) time.Duration {
+	switch period {
+	case periodWeek:
+		return 7 * 24 * time.Hour
+	case periodMonth:
+		return 30 * 24 * time.Hour
+	}
+	return 24 * time.Hour
 }
 
 // countsDenied reports whether p records denied requests: CountDenied, or
@@ -290,9 +338,13 @@ func (v *validator) params(p *Policy) {
 		v.limits(p.Algorithm, p.Limits)
 	case FixedWindow:
 		v.count("max", p.Max, 0)
-		v.duration("window", p.Window, false)
-		if p.Align != "" && p.Align != AlignEpoch && p.Align != AlignFirst {
-			v.add("align", quote(string(p.Align)), "epoch or first")
+		switch p.Align {
+		case "", AlignEpoch, AlignFirst:
+			v.duration("window", p.Window, false)
+		case alignCalendar:
+			v.calendar(p)
+		default:
+			v.add("align", quote(string(p.Align)), "epoch, first or calendar")
 		}
 	case TokenBucket:
 		v.count("limit", p.Max, 1)
@@ -354,11 +406,37 @@ func (v *validator) unused(p *Policy) {
 	if p.Align != "" && alg != FixedWindow {
 		v.add("align", quote(string(p.Align)), not)
 	}
+	if p.Align != alignCalendar {
+		if p.Period != "" {
+			v.add("period", quote(p.Period), "only with align calendar (a fixed_window)")
+		}
+		if p.TZ != "" {
+			v.add("tz", quote(p.TZ), "only with align calendar (a fixed_window)")
+		}
+	}
 	if p.Burst != 0 && alg != TokenBucket && alg != GCRA {
 		v.add("burst", strconv.FormatInt(p.Burst, 10), not)
 	}
 	if p.MinInterval != 0 && alg != SlidingLog {
 		v.add("min_interval", formatDuration(p.MinInterval), not)
+	}
+}
+
+// calendar checks a calendar window's period and time zone (SPEC.md,
+// "Calendar windows"): no window, a known period, a loadable zone.
+func (v *validator) calendar(p *Policy) {
+	if p.Window != 0 {
+		v.add("window", formatDuration(p.Window), "not a parameter of a calendar window (its length is period)")
+	}
+	switch p.Period {
+	case periodDay, periodWeek, periodMonth:
+	default:
+		v.add("period", quote(p.Period), "day, week or month")
+	}
+	if p.TZ != "" {
+		if _, err := time.LoadLocation(p.TZ); err != nil || strings.EqualFold(p.TZ, "Local") {
+			v.add("tz", quote(p.TZ), "an IANA time zone name such as Europe/Paris, known to the time zone database")
+		}
 	}
 }
 

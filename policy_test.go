@@ -72,7 +72,7 @@ func TestValidateRejects(t *testing.T) {
 		{"window over 100 years", with(fw, func(p *floodgate.Policy) { p.Window = 900000 * time.Hour }),
 			`floodgate: policy "p": window = 900000h: at most 100 years (876000h)`},
 		{"bad align", with(fw, func(p *floodgate.Policy) { p.Align = "left" }),
-			`floodgate: policy "p": align = "left": epoch or first`},
+			`floodgate: policy "p": align = "left": epoch, first or calendar`},
 		{"no limits", with(sw, func(p *floodgate.Policy) { p.Limits = nil }),
 			`floodgate: policy "p": limits: 1 to 16 limits`},
 		{"too many limits", with(sw, func(p *floodgate.Policy) { p.Limits = make([]floodgate.Limit, 17) }),
@@ -213,6 +213,13 @@ func TestParsePolicy(t *testing.T) {
 		{"gcra 5/1s track 60s for 1440m retention 720h", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Max: 5, Window: time.Second, Burst: 1,
 			Track: true, SeriesResolution: time.Minute, SeriesRetention: 24 * time.Hour, Retention: 720 * time.Hour}},
 		{"gcra 5/1s track true", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Max: 5, Window: time.Second, Burst: 1, Track: true}},
+		{"fixed_window 1000/1month align calendar tz Europe/Paris", floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 1000,
+			Align: floodgate.Align("calendar"), Period: "month", TZ: "Europe/Paris"}},
+		{"fixed_window 5/1day align calendar", floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 5,
+			Align: floodgate.Align("calendar"), Period: "day"}},
+		{"fixed_window 7/1week align calendar tz America/New_York count_denied hash_tag", floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 7,
+			Align: floodgate.Align("calendar"), Period: "week", TZ: "America/New_York", CountDenied: new(true), HashTag: true}},
+		{"gcra 5/1s hash_tag true", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Max: 5, Window: time.Second, Burst: 1, HashTag: true}},
 		{"ar1 1.2/1s decay 2,5/10s decay 1.5", floodgate.Policy{Name: "p", Algorithm: floodgate.AR1,
 			Limits: []floodgate.Limit{{Max: 1.2, Resolution: time.Second, Decay: 2}, {Max: 5, Resolution: 10 * time.Second, Decay: 1.5}}}},
 	} {
@@ -228,6 +235,63 @@ func TestParsePolicy(t *testing.T) {
 	}
 }
 
+// TestCalendarPolicies: SPEC.md's JSON form of a calendar window, its
+// Quota, and every way to get one wrong, each named by its field.
+func TestCalendarPolicies(t *testing.T) {
+	var p floodgate.Policy
+	if err := json.Unmarshal([]byte(`{"name": "bill", "algorithm": "fixed_window", "max": 1000, "align": "calendar", "period": "month", "tz": "Europe/Paris"}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	want := floodgate.Policy{Name: "bill", Algorithm: floodgate.FixedWindow, Max: 1000, Align: "calendar", Period: "month", TZ: "Europe/Paris"}
+	if !reflect.DeepEqual(p, want) || p.Validate() != nil {
+		t.Errorf("calendar JSON reads as %+v (%v), want %+v", p, p.Validate(), want)
+	}
+	if got := p.String(); got != "fixed_window 1000/1month align calendar tz Europe/Paris" {
+		t.Errorf("String() = %q", got)
+	}
+	if q, w := p.Quota(0); q != 1000 || w != 720*time.Hour {
+		t.Errorf("Quota(0) = %d, %s; want 1000, 720h (the nominal month)", q, w)
+	}
+	cal := func(f func(*floodgate.Policy)) floodgate.Policy {
+		q := floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 5, Align: "calendar", Period: "day"}
+		f(&q)
+		return q
+	}
+	for _, c := range []struct {
+		name string
+		p    floodgate.Policy
+		want string
+	}{
+		{"no period", cal(func(p *floodgate.Policy) { p.Period = "" }), `period = "": day, week or month`},
+		{"bad period", cal(func(p *floodgate.Policy) { p.Period = "fortnight" }), `period = "fortnight": day, week or month`},
+		{"window", cal(func(p *floodgate.Policy) { p.Window = time.Hour }), `window = 1h: not a parameter of a calendar window (its length is period)`},
+		{"bad tz", cal(func(p *floodgate.Policy) { p.TZ = "Mars/Olympus" }), `tz = "Mars/Olympus": an IANA time zone name`},
+		{"local tz", cal(func(p *floodgate.Policy) { p.TZ = "Local" }), `tz = "Local": an IANA time zone name`},
+		{"period without calendar", floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, Period: "day"},
+			`period = "day": only with align calendar`},
+		{"tz without calendar", floodgate.Policy{Name: "p", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, TZ: "UTC"},
+			`tz = "UTC": only with align calendar`},
+		{"calendar gcra", floodgate.Policy{Name: "p", Algorithm: floodgate.GCRA, Max: 5, Window: time.Hour, Burst: 1, Align: "calendar"},
+			`align = "calendar": not a parameter of gcra`},
+	} {
+		err := c.p.Validate()
+		if !errors.Is(err, floodgate.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Validate() = %v, want %q", c.name, err, c.want)
+		}
+	}
+	for _, c := range []struct{ text, want string }{
+		{"fixed_window 5/1month", `period = "1month": 1day, 1week or 1month only with align calendar`},
+		{"fixed_window 5/1h align calendar", `window = 1h: not a parameter of a calendar window`},
+		{"fixed_window 5/1day align calendar tz", `tz: an IANA time zone name after tz`},
+		{"gcra 5/1month", `rate = "5/1month"`},
+	} {
+		_, err := floodgate.ParsePolicy("p", c.text)
+		if !errors.Is(err, floodgate.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParsePolicy(%q) = %v, want %q", c.text, err, c.want)
+		}
+	}
+}
+
 func TestParsePolicyErrors(t *testing.T) {
 	for _, c := range []struct{ text, want string }{
 		{"", `floodgate: policy "p": policy text = "": a count per duration such as 100/1m`},
@@ -235,12 +299,12 @@ func TestParsePolicyErrors(t *testing.T) {
 		{"5 per second", `floodgate: policy "p": rate = "5": "<count>/<duration>", such as "100/1s"`},
 		{"x/1s", `floodgate: policy "p": rate = "x/1s": a count that is an integer ≥ 1 before the /`},
 		{"5/1 fortnight", `floodgate: policy "p": rate = "5/1": a Go duration after the /, such as "1s" or "1m30s"`},
-		{"5/1s fortnightly", `floodgate: policy "p": policy text = "fortnightly": an option: burst, align, min_interval, resolution, decay, count_denied, track or retention`},
+		{"5/1s fortnightly", `floodgate: policy "p": policy text = "fortnightly": an option: burst, align, tz, min_interval, resolution, decay, count_denied, track, retention or hash_tag`},
 		{"5/1q", `floodgate: policy "p": rate = "5/1q": a Go duration after the /, such as "1s" or "1m30s"`},
 		{"5/1s burst", `floodgate: policy "p": burst: an integer after burst`},
 		{"5/1s burst many", `floodgate: policy "p": burst = "many": an integer ≥ 1`},
 		{"gcra 5/1s, 3/1m", `floodgate: policy "p": policy text = "gcra 5/1s, 3/1m": one clause: only sliding_window and ar1 take several limits, separated by commas`},
-		{"fixed_window 5/1s align left", `floodgate: policy "p": align = "left": epoch or first`},
+		{"fixed_window 5/1s align left", `floodgate: policy "p": align = "left": epoch, first or calendar`},
 		{"sliding_window 5/1s", `floodgate: policy "p": limits[0].resolution = 0s: a duration > 0`},
 		{"gcra 5/1s resolution 1s", `floodgate: policy "p": resolution = 1s: not a parameter of gcra`},
 		{"sliding_window 5/1s decay 2", `floodgate: policy "p": decay = 2: not a parameter of sliding_window`},
@@ -253,7 +317,7 @@ func TestParsePolicyErrors(t *testing.T) {
 		{"5/1s track 1m during 24h", `floodgate: policy "p": track = "1m during 24h": a series as "<resolution> for <retention>", such as "track 1m for 24h"`},
 		{"5/1s track 1m for a day", `floodgate: policy "p": track = "1m for a": a series as "<resolution> for <retention>", such as "1m for 24h"`},
 		{"5/1s track 1m for 90s", `floodgate: policy "p": track = 1m for 1m30s: a retention that is a whole multiple of the resolution`},
-		{"5/1s track false 1m for 1h", `floodgate: policy "p": policy text = "1m": an option: burst, align, min_interval, resolution, decay, count_denied, track or retention`},
+		{"5/1s track false 1m for 1h", `floodgate: policy "p": policy text = "1m": an option: burst, align, tz, min_interval, resolution, decay, count_denied, track, retention or hash_tag`},
 	} {
 		_, err := floodgate.ParsePolicy("p", c.text)
 		if err == nil {
@@ -280,6 +344,8 @@ func TestPolicyJSON(t *testing.T) {
 		"ar1 1.2/1s decay 2",
 		"fixed_window 100/1m track 1m for 24h",
 		"gcra 5/1s track 10s for 1h retention 48h",
+		"fixed_window 1000/1month align calendar tz Europe/Paris",
+		"fixed_window 3/1day align calendar count_denied true hash_tag",
 	} {
 		p := mustParse(t, text)
 		b, err := json.Marshal(p)

@@ -26,6 +26,9 @@ type policyJSON struct {
 	CountDenied *bool           `json:"count_denied,omitempty"`
 	Track       json.RawMessage `json:"track,omitempty"` // true, false or "1m for 24h"
 	Retention   string          `json:"retention,omitempty"`
+	Period      string          `json:"period,omitempty"`
+	TZ          string          `json:"tz,omitempty"`
+	HashTag     bool            `json:"hash_tag,omitempty"`
 }
 
 type limitJSON struct {
@@ -36,9 +39,12 @@ type limitJSON struct {
 }
 
 // MarshalJSON returns the policy in SPEC.md's JSON form:
-// {"name":"api","algorithm":"gcra","rate":"100/1s","burst":10}.
+// {"name":"api","algorithm":"gcra","rate":"100/1s","burst":10}, or for a
+// calendar window {"algorithm":"fixed_window","max":1000,"align":"calendar",
+// "period":"month","tz":"Europe/Paris"}.
 func (p Policy) MarshalJSON() ([]byte, error) {
-	j := policyJSON{Name: p.Name, Algorithm: string(p.Algorithm), CountDenied: p.CountDenied}
+	j := policyJSON{Name: p.Name, Algorithm: string(p.Algorithm), CountDenied: p.CountDenied,
+		Period: p.Period, TZ: p.TZ, HashTag: p.HashTag}
 	switch {
 	case p.SeriesResolution != 0 || p.SeriesRetention != 0:
 		j.Track, _ = json.Marshal(formatSeries(p.SeriesResolution, p.SeriesRetention))
@@ -229,16 +235,17 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		}
 	}
 	if j.Align != "" {
-		if j.Align != string(AlignEpoch) && j.Align != string(AlignFirst) {
-			return perr("align", quote(j.Align), "epoch or first")
+		if j.Align != string(AlignEpoch) && j.Align != string(AlignFirst) && j.Align != string(alignCalendar) {
+			return perr("align", quote(j.Align), "epoch, first or calendar")
 		}
 		if a != FixedWindow {
 			return perr("align", j.Align, "not a parameter of "+j.Algorithm)
 		}
-		if j.Align == string(AlignFirst) {
-			q.Align = AlignFirst
+		if j.Align != string(AlignEpoch) {
+			q.Align = Align(j.Align)
 		}
 	}
+	q.Period, q.TZ, q.HashTag = j.Period, j.TZ, j.HashTag
 	if q.Burst, err = integer("burst", j.Burst); err != nil {
 		return err
 	}

@@ -14,6 +14,8 @@ import (
 //	100/1m                                  gcra, 100 per minute, burst 1
 //	5/1s burst 10                           gcra, 5 per second, burst 10
 //	fixed_window 100/1m align first         100 per window opened by the first request
+//	fixed_window 1000/1month align calendar tz Europe/Paris
+//	                                        1000 per calendar month in Paris
 //	token_bucket 15/1m burst 3              start with 3, at most 15 per minute
 //	sliding_log 10/1s min_interval 100ms    10 per rolling second, 100 ms apart
 //	sliding_window 1/5s resolution 1s, 5/1h resolution 10m
@@ -22,11 +24,13 @@ import (
 // The count per duration is the rate of gcra, max/window of fixed_window,
 // limit/window of token_bucket, max/interval of sliding_log, max/window of a
 // sliding_window limit and max/resolution of an ar1 limit. Options are
-// "burst N", "align epoch|first", "min_interval D", "resolution D" and
-// "decay F" (for the clause they follow), "count_denied [true|false]",
-// "track [true|false]", "track R for D" (a usage series: per bucket of R,
-// kept D) and "retention D". Durations are Go durations ("250ms",
-// "1m30s"). Policy.String returns this form.
+// "burst N", "align epoch|first|calendar", "tz ZONE" (a calendar window's
+// IANA time zone), "min_interval D", "resolution D" and "decay F" (for the
+// clause they follow), "count_denied [true|false]", "track [true|false]",
+// "track R for D" (a usage series: per bucket of R, kept D), "retention D"
+// and "hash_tag [true|false]". Durations are Go durations ("250ms",
+// "1m30s"); a calendar window's period is written 1day, 1week or 1month,
+// and only with "align calendar". Policy.String returns this form.
 //
 // The result is validated; an error wraps ErrInvalidPolicy and names the
 // part of the text at fault.
@@ -83,6 +87,8 @@ func parsePolicyText(text string) (Policy, error) {
 			}
 			p.Limits = append(p.Limits, Limit{Max: max, Resolution: res})
 			lim = &p.Limits[len(p.Limits)-1]
+		} else if n, period, ok := calendarRate(p.Algorithm, toks[0]); ok {
+			p.Max, p.Period = n, period
 		} else {
 			count, period, err := parseRate("rate", toks[0])
 			if err != nil {
@@ -99,10 +105,33 @@ func parsePolicyText(text string) (Policy, error) {
 			return Policy{}, err
 		}
 	}
+	if p.Period != "" && p.Align != alignCalendar {
+		return Policy{}, &PolicyError{Field: "period", Value: quote("1" + p.Period), Allowed: "1day, 1week or 1month only with align calendar"}
+	}
 	if p.Algorithm == GCRA && !hasOption(text, "burst") {
 		p.Burst = 1 // SPEC.md's default; an explicit "burst 0" stays 0 and is refused
 	}
 	return p, nil
+}
+
+// calendarRate parses a calendar window's "<max>/1day", "/1week" or
+// "/1month" for a FixedWindow policy; ok is false for anything else, which
+// parseRate then reads (and refuses).
+func calendarRate(a Algorithm, tok string) (max int64, period string, ok bool) {
+	if a != FixedWindow {
+		return 0, "", false
+	}
+	count, per, found := strings.Cut(tok, "/")
+	switch per {
+	case "1day", "1week", "1month":
+	default:
+		return 0, "", false
+	}
+	n, err := strconv.ParseInt(count, 10, 64)
+	if !found || err != nil {
+		return 0, "", false
+	}
+	return n, per[1:], true
 }
 
 // hasOption reports whether the text names the option.
@@ -148,14 +177,22 @@ func parseOptions(p *Policy, lim *Limit, toks []string) error {
 			}
 			p.Burst = n
 		case "align":
-			s, err := next("epoch or first")
+			s, err := next("epoch, first or calendar")
 			if err != nil {
 				return err
 			}
-			if s != string(AlignEpoch) && s != string(AlignFirst) {
-				return &PolicyError{Field: "align", Value: quote(s), Allowed: "epoch or first"}
+			if s != string(AlignEpoch) && s != string(AlignFirst) && s != string(alignCalendar) {
+				return &PolicyError{Field: "align", Value: quote(s), Allowed: "epoch, first or calendar"}
 			}
 			p.Align = Align(s)
+		case "tz":
+			s, err := next("an IANA time zone name")
+			if err != nil {
+				return err
+			}
+			p.TZ = s
+		case "hash_tag":
+			p.HashTag = boolean()
 		case "min_interval", "retention", "resolution":
 			s, err := next("a duration")
 			if err != nil {
@@ -209,7 +246,7 @@ func parseOptions(p *Policy, lim *Limit, toks []string) error {
 			p.Track = boolean()
 		default:
 			return &PolicyError{Field: "policy text", Value: quote(opt),
-				Allowed: "an option: burst, align, min_interval, resolution, decay, count_denied, track or retention"}
+				Allowed: "an option: burst, align, tz, min_interval, resolution, decay, count_denied, track, retention or hash_tag"}
 		}
 	}
 	return nil
@@ -269,6 +306,12 @@ func (p Policy) String() string {
 				b.WriteString(strconv.FormatFloat(l.Decay, 'g', -1, 64))
 			}
 		}
+	case FixedWindow:
+		if p.Align == alignCalendar {
+			b.WriteString(strconv.FormatInt(p.Max, 10) + "/1" + p.Period)
+		} else {
+			b.WriteString(formatRate(p.Max, p.Window))
+		}
 	default:
 		b.WriteString(formatRate(p.Max, p.Window))
 	}
@@ -279,6 +322,10 @@ func (p Policy) String() string {
 	if p.Align != "" && p.Align != AlignEpoch {
 		b.WriteString(" align ")
 		b.WriteString(string(p.Align))
+	}
+	if p.TZ != "" {
+		b.WriteString(" tz ")
+		b.WriteString(p.TZ)
 	}
 	if p.MinInterval != 0 {
 		b.WriteString(" min_interval ")
@@ -298,6 +345,9 @@ func (p Policy) String() string {
 	if p.Retention != 0 {
 		b.WriteString(" retention ")
 		b.WriteString(formatDuration(p.Retention))
+	}
+	if p.HashTag {
+		b.WriteString(" hash_tag")
 	}
 	return b.String()
 }

@@ -202,6 +202,12 @@ type Envoy struct {
 	// ResponseHeaders adds the RateLimit and RateLimit-Policy fields of the
 	// binding descriptor to RLS responses (default true).
 	ResponseHeaders bool
+	// CalendarMonth makes the month unit the UTC calendar month, reset at
+	// 00:00 UTC on the 1st, instead of 30 days from the Unix epoch
+	// (USE_CALENDAR_MONTH_RATE_LIMIT; the serve command sets it from that
+	// environment variable when it is set, over the file's value). It
+	// needs a store that decides calendar windows. Default false.
+	CalendarMonth bool
 }
 
 // Listen holds the service's addresses and their TLS.
@@ -466,7 +472,7 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 		for _, b := range []struct {
 			key string
 			dst *bool
-		}{{"shadow_mode", &cfg.Envoy.ShadowMode}, {"merge_domains", &cfg.Envoy.MergeDomains}, {"response_headers", &cfg.Envoy.ResponseHeaders}} {
+		}{{"shadow_mode", &cfg.Envoy.ShadowMode}, {"merge_domains", &cfg.Envoy.MergeDomains}, {"response_headers", &cfg.Envoy.ResponseHeaders}, {"calendar_month", &cfg.Envoy.CalendarMonth}} {
 			if v, ok := ef[b.key]; ok {
 				*b.dst, _ = r.boolean(v.value, "envoy."+b.key)
 			}
@@ -556,7 +562,7 @@ func (r *reader) breaker(n *yaml.Node, b *failure.Breaker) {
 // policyFields are the keys of a policy written as a mapping: SPEC.md's
 // names, as floodgate.Policy's JSON form.
 var policyFields = []string{"algorithm", "limits", "max", "limit", "window", "align", "burst", "interval",
-	"min_interval", "rate", "count_denied", "track", "retention"}
+	"min_interval", "rate", "count_denied", "track", "retention", "period", "tz", "hash_tag"}
 
 func (r *reader) policies(n *yaml.Node, cfg *Config) {
 	fs, ok := r.mapping(n, "policies")
@@ -690,7 +696,7 @@ func (r *reader) policyJSON(fs map[string]field, path string) (m map[string]any,
 			v, good = r.limitsJSON(f.value, fp)
 		case "max", "limit", "burst":
 			v, good = r.number(f.value, fp)
-		case "count_denied":
+		case "count_denied", "hash_tag":
 			v, good = r.boolean(f.value, fp)
 		case "track":
 			v, good = r.track(f.value, fp)

@@ -154,6 +154,8 @@ var schema = []setting{
 			value: func(c *Config) string { return strconv.FormatBool(c.Envoy.MergeDomains) }},
 		{key: "response_headers", doc: "add the binding descriptor's RateLimit fields to response_headers_to_add",
 			value: func(c *Config) string { return strconv.FormatBool(c.Envoy.ResponseHeaders) }},
+		{key: "calendar_month", doc: "USE_CALENDAR_MONTH_RATE_LIMIT (which wins when set): the month unit is the UTC calendar month, not 30 days from the epoch",
+			value: func(c *Config) string { return strconv.FormatBool(c.Envoy.CalendarMonth) }},
 	}},
 }
 

@@ -24,7 +24,7 @@ func TestEnvoyNamespace(t *testing.T) {
 	cfg, err := parse(`
 policies:
   api: "fixed_window 2/1h"
-  edge.override.hour.2: "fixed_window 2/1h"
+  edge.override.hour: "fixed_window 2/1h"
 `, `
 domain: edge
 descriptors:
@@ -74,7 +74,7 @@ descriptors:
 	}
 	// The HTTP API, with the key Envoy counts under (user=alice), sees
 	// fresh counters under the named policies...
-	for _, p := range []string{"api", "edge.override.hour.2"} {
+	for _, p := range []string{"api", "edge.override.hour"} {
 		if ok, rem := check(p, "user=alice"); !ok || rem != 1 {
 			t.Errorf("check of %s user=alice after Envoy spent its own: allowed %v, remaining %d; want a fresh key", p, ok, rem)
 		}
@@ -87,7 +87,7 @@ descriptors:
 		t.Errorf("Envoy's rule after a reset of api through the service: %v, want OVER_LIMIT", c)
 	}
 	if c := envoy(override); c != rls.CodeOverLimit {
-		t.Errorf("Envoy's override after a reset of edge.override.hour.2: %v, want OVER_LIMIT", c)
+		t.Errorf("Envoy's override after a reset of edge.override.hour: %v, want OVER_LIMIT", c)
 	}
 	// The listing says which policy decides the rule: the rule's own.
 	info, ok := eng.Table().Rule("edge", []rls.Entry{{Key: "user", Value: "x"}})

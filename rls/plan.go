@@ -23,6 +23,7 @@ type Plan struct {
 	statuses []Status // one per descriptor; those of at are filled by Summarise
 	rules    []*rule  // the rule of each request
 	at       []int    // the descriptor of each request
+	neg      []bool   // each request's descriptor has negative hits
 	headers  bool     // envoy.response_headers
 	shadowOK bool     // envoy.shadow_mode
 }
@@ -32,7 +33,10 @@ type Plan struct {
 // matched rule replaces, and plans a store request for each counted
 // descriptor. The error is a *service.RequestError naming the field: an
 // empty domain or descriptor list, too many descriptors, a bad override
-// unit, entries longer than a key may be.
+// unit, entries longer than a key may be, negative hits on a store that
+// takes no refunds. A descriptor with negative hits plans a refund
+// (floodgate.Request.Refund) of its hits, under the check-only twin of an
+// envoy-format limit so that its answer reads as envoyproxy/ratelimit's.
 func (t *Table) Match(req Request) (*Plan, error) {
 	if req.Domain == "" {
 		return nil, &service.RequestError{Code: "invalid_request", Field: "domain", Msg: "rate limit domain must not be empty"}
@@ -59,7 +63,7 @@ func (t *Table) Match(req Request) (*Plan, error) {
 				return nil, &service.RequestError{Code: "invalid_descriptor", Field: fmt.Sprintf("descriptors[%d].limit.unit", i),
 					Msg: fmt.Sprintf("unit %s: want one of second, minute, hour, day, week, month, year", l.Unit)}
 			}
-			rules[i] = dom.override(l)
+			rules[i] = dom.override(l, desc.Entries)
 			values[i] = entryValues(desc.Entries)
 		} else {
 			rules[i], values[i] = dom.match(desc.Entries)
@@ -94,16 +98,24 @@ func (t *Table) Match(req Request) (*Plan, error) {
 		if h := req.Descriptors[i].HitsAddend; h != nil {
 			hits = *h
 		}
-		fr := floodgate.Request{Policy: r.policy, Key: key, N: int64(min(hits, uint64(floodgate.MaxCost)))}
+		neg := req.Descriptors[i].NegativeHits
+		if neg && !t.budgets {
+			return nil, &service.RequestError{Code: "unsupported", Field: fmt.Sprintf("descriptors[%d].is_negative_hits", i),
+				Msg: "negative hits: the store does not take refunds (a store with budgets, such as memory, does)"}
+		}
+		fr := floodgate.Request{Policy: r.policy, Key: key, N: int64(min(hits, uint64(floodgate.MaxCost))), Refund: neg}
 		if hits == 0 { // check only: has the count passed the limit?
-			fr.N, fr.Peek = 1, true
-			if r.check != nil {
-				fr.Policy = r.check
-			}
+			fr.N, fr.Peek, fr.Refund = 1, true, false
+		}
+		if (fr.Peek || fr.Refund) && r.check != nil {
+			// The twin of max+1: its peek of 1 (a refund's answer is one)
+			// passes exactly when the count has not passed the limit.
+			fr.Policy = r.check
 		}
 		p.Requests = append(p.Requests, fr)
 		p.rules = append(p.rules, r)
 		p.at = append(p.at, i)
+		p.neg = append(p.neg, neg)
 	}
 	return p, nil
 }
@@ -122,7 +134,7 @@ func (p *Plan) Summarise(ds []floodgate.Decision) Response {
 	for j, i := range p.at {
 		r := p.rules[j]
 		d := ds[j]
-		if p.Requests[j].Peek && r.check != nil && d.Allowed {
+		if (p.Requests[j].Peek || p.Requests[j].Refund) && r.check != nil && d.Allowed {
 			// A check under the twin of max+1. A peek answers as the add
 			// of 1 would (SPEC.md), so its remaining, (max+1)-count-1, is
 			// already envoyproxy/ratelimit's max-count: only the limit is
@@ -142,6 +154,17 @@ func (p *Plan) Summarise(ds []floodgate.Decision) Response {
 			// The failure mode decided without a store (package failure):
 			// no limit was applied and nothing is known to remain.
 			status = Status{Code: CodeOK}
+		}
+		if p.neg[j] {
+			// Negative hits: a refund, or a check of hits 0, answered OK
+			// whatever the count, as envoyproxy/ratelimit does; no part
+			// in the overall code or the headers.
+			if !d.Allowed {
+				status.LimitRemaining = 0
+			}
+			resp.Statuses[i] = status
+			ds[j] = d
+			continue
 		}
 		if !d.Allowed {
 			status.LimitRemaining = 0

@@ -82,8 +82,10 @@ func TestSummarise(t *testing.T) {
 }
 
 // TestOverridesBounded: limit overrides chosen by clients never mint a
-// policy name for metrics, and the rules kept for them are bounded; the
-// same override made again decides on the same counter.
+// policy name for metrics or counters (an override of the configured
+// rule's unit decides on its counters; of another unit, on the domain's
+// for the unit), and the rules kept for them are bounded; the same
+// override made again decides on the same counter.
 func TestOverridesBounded(t *testing.T) {
 	eng, _ := newService(t, planDomain)
 	for i := range 2000 {
@@ -93,8 +95,17 @@ func TestOverridesBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := plan.Requests[0].Policy; p.Max != int64(i+1) || p.Window != time.Minute || !strings.HasPrefix(p.Name, "p.override.minute.") {
-			t.Fatalf("override %d: policy %s %s", i+1, p.Name, p.String())
+		if p := plan.Requests[0].Policy; p.Max != int64(i+1) || p.Window != time.Minute || p.Name != "p.user" {
+			t.Fatalf("override %d: policy %s %s; want p.user's counters", i+1, p.Name, p.String())
+		}
+		plan, err = eng.Table().Match(rls.Request{Domain: "p", Descriptors: []rls.Descriptor{{
+			Entries: d("user", "x").Entries, Limit: &rls.Limit{RequestsPerUnit: uint32(i + 1), Unit: config.Day},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := plan.Requests[0].Policy; p.Max != int64(i+1) || p.Window != 24*time.Hour || p.Name != "p.override.day" {
+			t.Fatalf("override %d: policy %s %s; want p.override.day", i+1, p.Name, p.String())
 		}
 	}
 	// The same override twice: one counter (the second sees the first).

@@ -46,6 +46,11 @@ type Descriptor struct {
 	// HitsAddend, when set (0 included: check only), replaces the
 	// request's.
 	HitsAddend *uint64
+	// NegativeHits (the proto's is_negative_hits) makes the descriptor's
+	// hits a refund to its counter: SPEC.md's refund of that many, answered
+	// OK without a limit check (envoyproxy/ratelimit decrements its
+	// counter, floored at 0). Hits 0 refunds nothing.
+	NegativeHits bool
 }
 
 // Entry is a descriptor entry.
@@ -119,7 +124,9 @@ func New(svc *service.Service, cfg *config.Config) (*Engine, error) {
 // first (refusing the whole configuration if it fails), then swaps. Every
 // policy of the table is interned by the service (Service.Intern), so that
 // a rule that did not change keeps its identity across reloads.
-func (e *Engine) Compile(cfg *config.Config) (*Table, error) { return compile(cfg, e.svc.Intern) }
+func (e *Engine) Compile(cfg *config.Config) (*Table, error) {
+	return compile(cfg, e.svc.Intern, e.svc.Budgets())
+}
 
 // Swap puts t, compiled from the configuration the service now has, in
 // force. Requests in flight finish under the old table.
@@ -133,7 +140,10 @@ func (e *Engine) Table() *Table { return e.table.Load() }
 // neither shadowed nor in quota mode is over its limit (or every
 // quota-mode one is). An unknown domain gives OK statuses. The error is a
 // *service.RequestError for an empty domain or descriptor list, too many
-// descriptors, a bad override or an oversized descriptor.
+// descriptors, a bad override, an oversized descriptor, or negative hits
+// on a store that takes no refunds. A descriptor with negative hits is a
+// refund to its counter, answered OK (SPEC.md, "Envoy's rate limit
+// service").
 func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, error) {
 	t := e.table.Load()
 	plan, err := t.Match(req)
@@ -145,7 +155,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, er
 	}
 	ds := e.svc.Decide(ctx, plan.Requests)
 	for j := range ds {
-		if !plan.Requests[j].Peek {
+		if !plan.Requests[j].Peek && !plan.Requests[j].Refund {
 			e.svc.Count(plan.rules[j].label, ds[j], plan.rules[j].shadow)
 		}
 	}
@@ -159,6 +169,8 @@ type Table struct {
 	maxKeyBytes     int
 	shadowMode      bool // envoy.shadow_mode: OK overall, whatever the statuses
 	responseHeaders bool // envoy.response_headers
+	budgets         bool // the store takes refunds (negative hits)
+	calendarMonth   bool // envoy.calendar_month: the month unit is the UTC calendar month
 }
 
 // domain is a compiled Envoy domain: a tree of nodes, and the rules of the
@@ -166,6 +178,8 @@ type Table struct {
 type domain struct {
 	name string
 	root *node
+
+	calendarMonth bool // envoy.calendar_month, for the overrides' windows
 
 	mu        sync.Mutex
 	overrides map[overrideKey]*rule // at most maxOverrides, then forgotten at once
@@ -176,16 +190,20 @@ type domain struct {
 	taken map[string]string
 }
 
+// overrideKey identifies an override rule: the counters' policy name it
+// shares (a configured rule's, or the domain's for the unit), its unit and
+// its requests per unit.
 type overrideKey struct {
+	name string
 	unit config.Unit
 	rpu  uint32
 }
 
 // maxOverrides bounds the override rules a domain keeps: each distinct
-// (unit, requests per unit) a request carries makes one, and clients
-// choose them, so they are forgotten (all at once) past this many. A rule
-// made again has the same policy (name and parameters), hence the same
-// counters in the store.
+// (counters, unit, requests per unit) a request carries makes one, and
+// clients choose them, so they are forgotten (all at once) past this many.
+// A rule made again has the same policy (name and parameters), hence the
+// same counters in the store.
 const maxOverrides = 256
 
 // node is one level of a domain's tree, as envoyproxy/ratelimit's
@@ -220,8 +238,13 @@ type rule struct {
 
 // compile builds the matching trees and the policies of every rule,
 // interned by intern.
-func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Policy) (*Table, error) {
+func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Policy, budgets bool) (*Table, error) {
+	if cfg.Envoy.CalendarMonth && !budgets {
+		return nil, fmt.Errorf("envoy.calendar_month (USE_CALENDAR_MONTH_RATE_LIMIT): the store does not decide calendar windows; use one that does (memory) or turn it off")
+	}
 	t := &Table{
+		budgets:         budgets,
+		calendarMonth:   cfg.Envoy.CalendarMonth,
 		domains:         make(map[string]*domain, len(cfg.Domains)),
 		maxDescriptors:  cfg.Bounds.MaxDescriptors,
 		maxKeyBytes:     cfg.Bounds.MaxKeyBytes,
@@ -233,7 +256,7 @@ func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Polic
 		names[p.Name] = "the policies section"
 	}
 	for _, d := range cfg.Domains {
-		dom := &domain{name: d.Name, root: &node{children: map[string]*node{}}, overrides: map[overrideKey]*rule{}}
+		dom := &domain{name: d.Name, root: &node{children: map[string]*node{}}, overrides: map[overrideKey]*rule{}, calendarMonth: cfg.Envoy.CalendarMonth}
 		if err := compileNodes(cfg, dom.root, d.Name, d.Descriptors, names, intern); err != nil {
 			return nil, err
 		}
@@ -279,7 +302,7 @@ func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.De
 				r.limit = limitOf(&p, rl.Name)
 			default:
 				name := policyName(full, names, d)
-				r.policy, r.check = fixedWindows(name, rl.RequestsPerUnit, rl.Unit)
+				r.policy, r.check = fixedWindows(name, rl.RequestsPerUnit, rl.Unit, cfg.Envoy.CalendarMonth)
 				r.fixed = true
 			}
 			if r.policy != nil {
@@ -306,11 +329,16 @@ func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.De
 // fixed window of the unit, aligned to the epoch, recording denied hits
 // (envoyproxy/ratelimit's INCRBY counts them); and its "check only" twin
 // of max+1, which shares its state (same name and shape): a peek of 1
-// under it passes exactly when the count has not passed the limit.
-func fixedWindows(name string, rpu uint32, unit config.Unit) (*floodgate.Policy, *floodgate.Policy) {
+// under it passes exactly when the count has not passed the limit. With
+// calendarMonth, a month is the UTC calendar month (SPEC.md, "Envoy's
+// rate limit service"): align calendar, period month.
+func fixedWindows(name string, rpu uint32, unit config.Unit, calendarMonth bool) (*floodgate.Policy, *floodgate.Policy) {
 	p := &floodgate.Policy{
 		Name: name, Algorithm: floodgate.FixedWindow, Max: int64(rpu),
 		Window: unit.Duration(), CountDenied: new(true),
+	}
+	if calendarMonth && unit == config.Month {
+		p.Window, p.Align, p.Period = 0, "calendar", "month"
 	}
 	check := *p
 	check.Max++
@@ -404,34 +432,53 @@ func (d *domain) match(entries []Entry) (*rule, []string) {
 }
 
 // override returns the rule of a request's limit override: a fixed window
-// of its unit and requests per unit. Metrics count it under the domain's
-// "<domain>.override", never under a name of the client's choosing.
-func (d *domain) override(l *Limit) *rule {
-	k := overrideKey{l.Unit, l.RequestsPerUnit}
+// of its unit and requests per unit on the counter envoyproxy/ratelimit
+// would use, which it keys by domain, entries and unit, never by the
+// limit. So where the entries' configured rule is an envoy-format limit of
+// the same unit, the override decides on that rule's counters (its policy
+// name; the key is the entries'), each request against its own requests
+// per unit; elsewhere on the domain's counters for the unit
+// ("<domain>.override.<unit>"), which every override of that unit and
+// entries shares. Metrics count it under the domain's "<domain>.override",
+// never under a name of the client's choosing.
+func (d *domain) override(l *Limit, entries []Entry) *rule {
+	name, label := d.overrideNames(l.Unit)
+	if r, _ := d.match(entries); r != nil && r.fixed && r.limit.Unit == l.Unit {
+		name = r.policy.Name
+	}
+	k := overrideKey{name, l.Unit, l.RequestsPerUnit}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if r, ok := d.overrides[k]; ok {
 		return r
 	}
-	name := fmt.Sprintf("%s.override.%s.%d", d.name, l.Unit, l.RequestsPerUnit)
-	label := d.name + ".override"
-	if len(name) > storekit.MaxNameLen || !validPolicyName(name) {
-		h := fnv.New32a()
-		h.Write([]byte(d.name))
-		name = fmt.Sprintf("envoy-%08x.override.%s.%d", h.Sum32(), l.Unit, l.RequestsPerUnit)
-		label = fmt.Sprintf("envoy-%08x.override", h.Sum32())
-	}
-	base := name[:min(len(name), storekit.MaxNameLen-8)]
-	for i := 2; d.taken[name] != ""; i++ { // a configured policy of that name: never share its counters
-		name = fmt.Sprintf("%s-%d", base, i)
-	}
-	p, check := fixedWindows(name, l.RequestsPerUnit, l.Unit)
+	p, check := fixedWindows(name, l.RequestsPerUnit, l.Unit, d.calendarMonth)
 	r := &rule{limit: Limit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}, policy: p, check: check, fixed: true, label: label}
 	if len(d.overrides) >= maxOverrides {
 		clear(d.overrides)
 	}
 	d.overrides[k] = r
 	return r
+}
+
+// overrideNames returns the policy name of the domain's override counters
+// of unit u, "<domain>.override.<unit>" (another name when that one is
+// taken by the configuration, or the domain's name cannot be in a policy
+// name), and the metrics label of its overrides.
+func (d *domain) overrideNames(u config.Unit) (name, label string) {
+	name = fmt.Sprintf("%s.override.%s", d.name, u)
+	label = d.name + ".override"
+	if len(name) > storekit.MaxNameLen || !validPolicyName(name) {
+		h := fnv.New32a()
+		h.Write([]byte(d.name))
+		name = fmt.Sprintf("envoy-%08x.override.%s", h.Sum32(), u)
+		label = fmt.Sprintf("envoy-%08x.override", h.Sum32())
+	}
+	base := name[:min(len(name), storekit.MaxNameLen-8)]
+	for i := 2; d.taken[name] != ""; i++ { // a configured policy of that name: never share its counters
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
+	return name, label
 }
 
 func validPolicyName(n string) bool {

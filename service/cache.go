@@ -16,7 +16,11 @@ import (
 // window ends, with remaining 0 and the window's end as retry and reset
 // (Never for a cost above the max); a denied request of a policy without
 // count_denied changes nothing, and one with count_denied only grows a
-// count that no decision of this window can tell apart. Tracked policies
+// count that no decision of this window can tell apart. Policies of one
+// name may differ in max alone and share a count (Envoy's limit overrides,
+// package rls): an entry holds the max the count reached, and answers only
+// policies of that max or less. A refund (Request.Refund) is never
+// answered here and drops its key's entry. Tracked policies
 // are not cached (usage would miss the denials), nor other algorithms,
 // whose waits depend on the cost and on other keys' requests. A reset
 // clears the entry on this process; a reset sent to another replica
@@ -29,7 +33,14 @@ type overLimitCache struct {
 
 type cacheShard struct {
 	mu sync.Mutex
-	m  map[cacheKey]time.Time // window end, on the local monotonic clock
+	m  map[cacheKey]exhausted
+}
+
+// exhausted is a cache entry: the count reached max, until end (on the
+// local monotonic clock).
+type exhausted struct {
+	end time.Time
+	max int64
 }
 
 type cacheKey struct {
@@ -39,7 +50,7 @@ type cacheKey struct {
 func newOverLimitCache(max int) *overLimitCache {
 	c := &overLimitCache{seed: maphash.MakeSeed(), max: max / 16}
 	for i := range c.shards {
-		c.shards[i].m = make(map[cacheKey]time.Time)
+		c.shards[i].m = make(map[cacheKey]exhausted)
 	}
 	return c
 }
@@ -65,7 +76,7 @@ func (c *overLimitCache) put(p *floodgate.Policy, key string, d floodgate.Decisi
 			break
 		}
 	}
-	sh.m[cacheKey{p.Name, key}] = now.Add(d.ResetAfter)
+	sh.m[cacheKey{p.Name, key}] = exhausted{end: now.Add(d.ResetAfter), max: p.Max}
 	sh.mu.Unlock()
 }
 
@@ -77,13 +88,14 @@ func (c *overLimitCache) get(p *floodgate.Policy, key string, n int64, now time.
 	sh := c.shard(key)
 	k := cacheKey{p.Name, key}
 	sh.mu.Lock()
-	end, ok := sh.m[k]
-	if ok && !now.Before(end) {
+	x, ok := sh.m[k]
+	if ok && !now.Before(x.end) {
 		delete(sh.m, k)
 		ok = false
 	}
 	sh.mu.Unlock()
-	if !ok || n < 1 {
+	end := x.end
+	if !ok || n < 1 || p.Max > x.max {
 		return floodgate.Decision{}, false
 	}
 	left := end.Sub(now).Round(time.Microsecond)

@@ -359,7 +359,7 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 	var todo []int
 	now := s.clock.Now()
 	for i := range reqs {
-		if d, ok := s.cache.get(reqs[i].Policy, reqs[i].Key, reqs[i].N, now); ok {
+		if d, ok := s.cache.get(reqs[i].Policy, reqs[i].Key, reqs[i].N, now); ok && !reqs[i].Refund {
 			s.obs.OverLimitCacheHit(reqs[i].Policy.Name)
 			out[i] = d
 			continue
@@ -417,17 +417,20 @@ func decisionAttrs(req *floodgate.Request, d floodgate.Decision) []attribute.Key
 }
 
 // settle takes a decision: it feeds the over-limit cache with a store's
-// exhausting denial. A request error (the caller's context ended) is
+// exhausting denial, and drops the entry of a key a refund went to. A request error (the caller's context ended) is
 // answered as the failure policy answers, since the request is gone. asked
 // is the service's clock before the call: the store decided at or after
 // it, so a window's end counted from asked is never later than the
 // store's (counted from the answer, a slow call would let the cache deny
 // past the window's end).
 func (s *Service) settle(st *state, req *floodgate.Request, d floodgate.Decision, err error, asked time.Time) floodgate.Decision {
+	if req.Refund { // a refund may give the window room again
+		s.cache.drop(req.Policy, req.Key)
+	}
 	if err != nil {
 		return floodgate.Decision{Allowed: true, Degraded: true}
 	}
-	if !req.Peek && !d.Allowed && !d.Degraded && st.cfg.Store.OverLimitCache {
+	if !req.Peek && !req.Refund && !d.Allowed && !d.Degraded && st.cfg.Store.OverLimitCache {
 		s.cache.put(req.Policy, req.Key, d, asked)
 	}
 	return d

@@ -1,7 +1,8 @@
 // Package storekit is the kit of a floodgate.Store's author: the optional
-// capabilities a store may implement (BatchStore, Pinger), the checks every
-// store makes on a request, the clock stores read, the bounds SPEC.md puts
-// on policies, and Cache, a bounded cache of what a store derives from each
+// capabilities a store may implement (BatchStore, BudgetStore, Pinger,
+// Router), the checks every store makes on a request, the clock stores
+// read, the bounds SPEC.md puts on policies, calendar window bounds, and
+// Cache, a bounded cache of what a store derives from each
 // policy it decides under, keyed by the policy's identity.
 //
 // Callers of a store need none of it: they use floodgate.Limiter.
@@ -12,6 +13,7 @@ package storekit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -53,11 +55,22 @@ func CountsDenied(p *floodgate.Policy) bool {
 	return p.Algorithm == floodgate.SlidingLog
 }
 
-// CheckRequest returns the error a store must return for req's key and cost,
-// or nil: an error wrapping floodgate.ErrInvalidKey for an empty key or one
-// longer than maxKeyLen bytes, floodgate.ErrInvalidCost for a cost outside 1
-// to floodgate.MaxCost, floodgate.ErrInvalidPolicy for a nil policy. It does
-// not validate the policy itself. The error never contains the key.
+// CheckRequest returns the error a store must return for req's members,
+// cost and operation, or nil: an error wrapping floodgate.ErrInvalidKey for
+// an empty key or one longer than maxKeyLen bytes, floodgate.ErrInvalidCost
+// for a cost outside 1 to floodgate.MaxCost (for a settle, outside 1 to the
+// reservation's N), floodgate.ErrInvalidPolicy for a nil policy, and
+// ErrInvalidRequest for a request that is not one operation on 1 to 16
+// distinct members (SPEC.md, "Atomic groups"): a group member with fields
+// other than Policy and Key, two members with the same policy name and key,
+// more than one of AtMost, Refund, Reserve and Settle, Peek with anything
+// but AtMost, or a settle whose members are not its reservation's. It does
+// not validate the policies themselves (Cache.Get does). The error never
+// contains a key.
+//
+// A store that does not implement BudgetStore should refuse a request with
+// Group or a budget field set rather than decide it as a plain add: it
+// may call CheckPlain.
 func CheckRequest(req *floodgate.Request, maxKeyLen int) error {
 	if req.Policy == nil {
 		return fmt.Errorf("%w: no policy in request", floodgate.ErrInvalidPolicy)
@@ -68,7 +81,163 @@ func CheckRequest(req *floodgate.Request, maxKeyLen int) error {
 	if req.N < 1 || req.N > floodgate.MaxCost {
 		return fmt.Errorf("%w: %d is outside 1 to 2^53-1", floodgate.ErrInvalidCost, req.N)
 	}
+	if req.Group == nil && !req.AtMost && !req.Refund && req.Reserve == nil && req.Settle == nil {
+		return nil // the plain add or peek
+	}
+	return checkBudget(req, maxKeyLen)
+}
+
+// checkBudget checks the group and the operation of a request.
+func checkBudget(req *floodgate.Request, maxKeyLen int) error {
+	if len(req.Group)+1 > MaxMembers {
+		return fmt.Errorf("%w: %d members, at most %d", ErrInvalidRequest, len(req.Group)+1, MaxMembers)
+	}
+	for i := range req.Group {
+		m := &req.Group[i]
+		if m.Policy == nil {
+			return fmt.Errorf("%w: no policy in group member %d", floodgate.ErrInvalidPolicy, i+1)
+		}
+		if err := CheckKey(m.Key, maxKeyLen); err != nil {
+			return fmt.Errorf("group member %d: %w", i+1, err)
+		}
+		if m.N != 0 || m.Peek || m.Group != nil || m.AtMost || m.Refund || m.Reserve != nil || m.Settle != nil {
+			return fmt.Errorf("%w: group member %d sets more than Policy and Key (the request's own fields apply to the group)", ErrInvalidRequest, i+1)
+		}
+		if m.Policy.Name == req.Policy.Name && m.Key == req.Key {
+			return fmt.Errorf("%w: group member %d repeats member 0's policy %q and key", ErrInvalidRequest, i+1, m.Policy.Name)
+		}
+		for j := range i {
+			if o := &req.Group[j]; o.Policy.Name == m.Policy.Name && o.Key == m.Key {
+				return fmt.Errorf("%w: group member %d repeats member %d's policy %q and key", ErrInvalidRequest, i+1, j+1, m.Policy.Name)
+			}
+		}
+	}
+	ops := 0
+	for _, set := range []bool{req.AtMost, req.Refund, req.Reserve != nil, req.Settle != nil} {
+		if set {
+			ops++
+		}
+	}
+	switch {
+	case ops > 1:
+		return fmt.Errorf("%w: more than one of AtMost, Refund, Reserve and Settle", ErrInvalidRequest)
+	case req.Peek && ops == 1 && !req.AtMost:
+		return fmt.Errorf("%w: Peek with Refund, Reserve or Settle (a peek records nothing)", ErrInvalidRequest)
+	}
+	if r := req.Settle; r != nil {
+		members := len(req.Group) + 1
+		switch {
+		case !r.Decision.Allowed:
+			return fmt.Errorf("%w: settle of a denied reservation, which holds nothing", ErrInvalidRequest)
+		case req.N > r.N:
+			return fmt.Errorf("%w: settle of %d units, more than the reservation's %d", floodgate.ErrInvalidCost, req.N, r.N)
+		case len(r.Names) != members || len(r.GroupKeys) != members-1 || len(r.Holds) != HoldWords*members:
+			return fmt.Errorf("%w: settle with %d members, not the reservation's", ErrInvalidRequest, members)
+		case r.Names[0] != req.Policy.Name || r.Key != req.Key:
+			return fmt.Errorf("%w: settle with member 0 other than the reservation's", ErrInvalidRequest)
+		}
+		for i := range req.Group {
+			if r.Names[i+1] != req.Group[i].Policy.Name || r.GroupKeys[i] != req.Group[i].Key {
+				return fmt.Errorf("%w: settle with member %d other than the reservation's", ErrInvalidRequest, i+1)
+			}
+		}
+	}
 	return nil
+}
+
+// CheckPlain returns an error wrapping errors.ErrUnsupported for a request
+// with Group or a budget field set (AtMost, Refund, Reserve, Settle) or a
+// calendar window policy, for stores that do not implement BudgetStore and
+// must not decide such a request as a plain add.
+func CheckPlain(req *floodgate.Request) error {
+	if req.Group != nil || req.AtMost || req.Refund || req.Reserve != nil || req.Settle != nil ||
+		req.Policy != nil && req.Policy.Align == "calendar" {
+		return fmt.Errorf("storekit: the store does not implement groups, reservations, refunds, partial grants or calendar windows: %w", errors.ErrUnsupported)
+	}
+	return nil
+}
+
+// MaxMembers is the most members of one group (SPEC.md, "Atomic groups"):
+// Request.Group holds at most MaxMembers - 1.
+const MaxMembers = 16
+
+// HoldWords is how many numbers each member has in Reservation.Holds: the
+// reserve's now, the state's born and gcra's tat (µs and remainder).
+const HoldWords = 4
+
+// ErrInvalidRequest is wrapped by CheckRequest's error for a request that
+// is not one well-formed operation on distinct members.
+var ErrInvalidRequest = errors.New("storekit: invalid request")
+
+// BudgetStore is implemented by stores that decide the fields of
+// floodgate.Request beyond a plain add or peek: Group (atomic groups),
+// AtMost (partial grants), Reserve, Settle and Refund, and calendar windows
+// (SPEC.md's sections of those names). A floodgate.Limiter hands a group,
+// a budget operation or a calendar policy only to a store whose Budgets
+// reports true; with any other it returns an error wrapping
+// errors.ErrUnsupported.
+//
+// Such a store also sets Decision.Granted and, for a group,
+// Decision.Binding as the flattened index of the binding member's binding
+// limit (see FlatBinding), and keeps each state's born (SPEC.md, "State
+// birth") whatever operation recorded it.
+type BudgetStore interface {
+	floodgate.Store
+
+	// Budgets reports whether the store decides the budget fields. A
+	// wrapper (package failure) forwards the answer of the store it wraps.
+	Budgets() bool
+}
+
+// HasBudgets reports whether store implements BudgetStore and its Budgets
+// reports true.
+func HasBudgets(store floodgate.Store) bool {
+	b, ok := store.(BudgetStore)
+	return ok && b.Budgets()
+}
+
+// FlatBinding returns a group decision's Binding: the index of the binding
+// member's own binding limit among the members' limits flattened in member
+// order, where each SlidingWindow or AR1 policy has len(Limits) limits and
+// every other policy one. member is the binding member's index in req
+// (0 for req itself, i+1 for req.Group[i]).
+func FlatBinding(req *floodgate.Request, member int, binding int32) int32 {
+	var off int32
+	for i := 0; i < member; i++ {
+		p := req.Policy
+		if i > 0 {
+			p = req.Group[i-1].Policy
+		}
+		off += int32(limitCount(p))
+	}
+	return off + binding
+}
+
+// SplitBinding inverts FlatBinding: the member and its own limit index of
+// a group decision's Binding, for req's members; member is -1 when binding
+// is out of range.
+func SplitBinding(req *floodgate.Request, binding int32) (member int, limit int32) {
+	for i := 0; i <= len(req.Group); i++ {
+		p := req.Policy
+		if i > 0 {
+			p = req.Group[i-1].Policy
+		}
+		n := int32(limitCount(p))
+		if binding < n {
+			return i, binding
+		}
+		binding -= n
+	}
+	return -1, 0
+}
+
+// limitCount returns how many limits p has: len(Limits) for SlidingWindow
+// and AR1, else 1.
+func limitCount(p *floodgate.Policy) int {
+	if p.Algorithm == floodgate.SlidingWindow || p.Algorithm == floodgate.AR1 {
+		return len(p.Limits)
+	}
+	return 1
 }
 
 // CheckKey returns an error wrapping floodgate.ErrInvalidKey when key is
@@ -136,6 +305,15 @@ type Pinger interface {
 // a failure policy (package failure) decides the refused request by its
 // mode but does not count it against the store's circuit breaker.
 var ErrFull = fmt.Errorf("%w: store full, a new key refused", floodgate.ErrUnavailable)
+
+// ErrCrossSlot is wrapped by the error of a sharded store (a Redis Cluster)
+// for a group whose members' keys would be decided on different shards: it
+// refuses the group before deciding anything, and never decides it in
+// parts. A group over one key always shares a shard; keys that differ share
+// one when the group's policies set HashTag and the keys begin with the
+// same "{tag}" ("{org7}" and "{org7}user3"). It is a bad request, not a
+// failure of the store: a failure policy does not degrade it.
+var ErrCrossSlot = errors.New("storekit: the group's keys hash to different Redis Cluster slots (set hash_tag on its policies and begin its keys with one {tag})")
 
 // Router is implemented by stores whose keys live on several backend nodes
 // (the Redis store on a Cluster): Node names the node that decides key

@@ -159,3 +159,17 @@ func TestCalendarWindowClockSkew(t *testing.T) {
 		t.Fatalf("state %+v, want the next window's (start %d)", m.State, b[2])
 	}
 }
+
+// civil returns the date y-m-d as midnight UTC: a plain calendar date.
+func civil(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, time.UTC) }
+
+// boundary returns B(date) in µs through storekit.PeriodBounds: the start
+// of the day window that holds the first instant at or after date's
+// midnight in loc, found from an instant safely inside that date.
+func boundary(date time.Time, loc *time.Location) int64 {
+	// Noon UTC on the date is within ±14 h of local noon: inside the date
+	// for every zone offset in use, unless the zone skipped the date.
+	w := time.Date(date.Year(), date.Month(), date.Day(), 12, 0, 0, 0, loc)
+	b := CalendarBounds(Day, loc, w.UnixMicro())
+	return b[1]
+}

@@ -32,6 +32,10 @@ const (
 	EnvKeySecret     = "FLOODGATE_KEY_SECRET"
 	EnvURL           = "FLOODGATE_URL"
 	EnvToken         = "FLOODGATE_TOKEN"
+	// EnvCalendarMonth is envoyproxy/ratelimit's variable of the same
+	// meaning: "true" makes Envoy's month unit the UTC calendar month
+	// (envoy.calendar_month, which it overrides when set).
+	EnvCalendarMonth = "USE_CALENDAR_MONTH_RATE_LIMIT"
 )
 
 // envVar documents one environment variable: each command's --help lists
@@ -54,6 +58,7 @@ var environment = []envVar{
 	{EnvAdminToken, []string{"serve", "check", "allow", "reset", "keys", "usage"}, "serve, check: the admin endpoints' bearer token (16+ characters; --admin-token-file wins); the others: the admin token to send"},
 	{EnvToken, []string{"allow", "peek"}, "the client token to send, for a service with clients.tokens_file (16+ characters)"},
 	{EnvKeySecret, []string{"serve"}, "store an HMAC-SHA-256 of every key in Redis instead of the key (16+ bytes)"},
+	{EnvCalendarMonth, []string{"serve", "check"}, "envoyproxy/ratelimit's: true makes Envoy's month unit the UTC calendar month, false 30 days from the epoch; wins over envoy.calendar_month"},
 	{EnvURL, []string{"allow", "peek", "reset", "keys", "usage", "bench"}, "the service's HTTP address (default " + defaultURL + "; https:// for TLS)"},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_*", []string{"serve"}, "export traces over OTLP/gRPC (OpenTelemetry's standard variables; off without them)"},
 }

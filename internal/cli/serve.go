@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -191,6 +192,16 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 		if err := config.CheckAddr(l.addr, true); err != nil {
 			return nil, fmt.Errorf("floodgate: %s: %w", l.source, err)
 		}
+	}
+	if v := strings.TrimSpace(e.getenv(EnvCalendarMonth)); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			if len(v) > 32 {
+				v = v[:32] + "…"
+			}
+			return nil, fmt.Errorf("floodgate: %s %q: want true or false", EnvCalendarMonth, v)
+		}
+		cfg.Envoy.CalendarMonth = on
 	}
 	if v := e.getenv(EnvKeySecret); v != "" {
 		if len(v) < 16 {

@@ -90,16 +90,14 @@ var (
 	_ = [1]int{}[int(rlsv3.RateLimitResponse_RateLimit_WEEK)-int(config.Week)]
 )
 
-// FromProto converts an RLS request. It refuses what floodgate does not
-// decide: negative hits, and entries that are not valid UTF-8 (decoded
-// requests cannot hold them; a request built in Go can).
+// FromProto converts an RLS request: a descriptor's is_negative_hits
+// becomes rls.Descriptor.NegativeHits (a refund). It refuses entries that
+// are not valid UTF-8 (decoded requests cannot hold them; a request built
+// in Go can).
 func FromProto(req *rlsv3.RateLimitRequest) (rls.Request, error) {
 	out := rls.Request{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
 	for i, d := range req.GetDescriptors() {
-		if d.GetIsNegativeHits() {
-			return rls.Request{}, fmt.Errorf("descriptors[%d].is_negative_hits: negative hits are not supported", i)
-		}
-		sd := rls.Descriptor{Entries: make([]rls.Entry, len(d.GetEntries()))}
+		sd := rls.Descriptor{Entries: make([]rls.Entry, len(d.GetEntries())), NegativeHits: d.GetIsNegativeHits()}
 		for j, e := range d.GetEntries() {
 			if !utf8.ValidString(e.GetKey()) {
 				return rls.Request{}, fmt.Errorf("descriptors[%d].entries[%d].key: not valid UTF-8", i, j)

@@ -270,6 +270,7 @@ var (
 // step sends one request, times times (1 when 0), after moving the clock.
 type step struct {
 	note    string
+	at      time.Time // when set, the clock is set to it (before advance)
 	advance time.Duration
 	domain  string // "" means the scenario's
 	hits    uint32 // the request's hits_addend
@@ -323,6 +324,9 @@ func (s step) expected(i int, now time.Time) *rlsv3.RateLimitResponse {
 func (sc scenario) run(t *testing.T, tr transport) {
 	h := newHarness(t, sc.sources...)
 	for si, s := range sc.steps {
+		if !s.at.IsZero() {
+			h.clock.Set(s.at)
+		}
 		h.clock.Advance(s.advance)
 		dom := s.domain
 		if dom == "" {

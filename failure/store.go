@@ -165,6 +165,16 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	}
 }
 
+// Refused returns the decision the failure policy gives req when it was
+// not sent to the store at all, for cause (such as a service's overload
+// bound): as for a failing store — Degraded; allowed in Open mode, denied
+// in Closed mode, the fallback store's in Fallback mode. The breakers do
+// not count it: the store was not asked.
+func (s *Store) Refused(ctx context.Context, req floodgate.Request, cause error) floodgate.Decision {
+	p := s.g.policy.Load()
+	return s.g.degrade(ctx, p, s.node(ctx, &req), cause, s.fallbackOf(p, &req))
+}
+
 func (s *Store) fallbackOf(p *Policy, req *floodgate.Request) func(context.Context) (floodgate.Decision, error) {
 	if p.Fallback == nil {
 		return nil

@@ -133,7 +133,10 @@ func (e *Engine) Table() *Table { return e.table.Load() }
 // neither shadowed nor in quota mode is over its limit (or every
 // quota-mode one is). An unknown domain gives OK statuses. The error is a
 // *service.RequestError for an empty domain or descriptor list, too many
-// descriptors, a bad override or an oversized descriptor.
+// descriptors, a bad override or an oversized descriptor; one wrapping
+// service.ErrOverloaded when the service refused the decisions under its
+// overload bound (none was made); the context's when the caller left
+// while they waited to be sent.
 func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, error) {
 	t := e.table.Load()
 	plan, err := t.Match(req)
@@ -143,7 +146,10 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, er
 	if t.domains[req.Domain] == nil {
 		e.svc.CountUnknownDomain()
 	}
-	ds := e.svc.Decide(ctx, plan.Requests)
+	ds, err := e.svc.Decide(ctx, plan.Requests)
+	if err != nil {
+		return Response{}, err
+	}
 	for j := range ds {
 		if !plan.Requests[j].Peek {
 			e.svc.Count(plan.rules[j].label, ds[j], plan.rules[j].shadow)

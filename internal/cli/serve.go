@@ -319,10 +319,11 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		metrics.WatchMemoryStore(memoryStats(opened.memory))
 		logMemoryBound(log, opened.memory, cfg.Store.MaxKeys)
 	}
-	svc, err := service.New(cfg, service.Options{Store: store, Fallback: fallback, Observer: metrics, Logger: log})
+	svc, err := service.New(cfg, service.Options{Store: store, Fallback: fallback, Observer: metrics, Logger: log, MaxInflight: opened.poolSize})
 	if err != nil {
 		return e.errorf("%v", err)
 	}
+	metrics.WatchQueue(svc.Queued)
 	eng, err := rls.New(svc, cfg)
 	if err != nil {
 		return e.errorf("%v", err)

@@ -46,11 +46,11 @@ type Config struct {
 	Store    Store
 	Failure  Failure
 	Overload Overload
-	Admin   Admin
-	Clients Clients
-	Bounds  RequestBounds // the "limits" section: bounds on requests to the service
-	Listen  Listen
-	Envoy   Envoy
+	Admin    Admin
+	Clients  Clients
+	Bounds   RequestBounds // the "limits" section: bounds on requests to the service
+	Listen   Listen
+	Envoy    Envoy
 
 	// Sources are the files the configuration was read from.
 	Sources []string

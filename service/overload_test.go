@@ -1,0 +1,328 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/internal/redistest"
+	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/storekit"
+)
+
+// overloadRecorder is a recorder that counts the decisions the overload
+// bound refused too.
+type overloadRecorder struct {
+	recorder
+	overloaded atomic.Int64
+	byReason   sync.Map // reason -> *atomic.Int64
+}
+
+func (r *overloadRecorder) Overloaded(reason, mode string, n int) {
+	r.overloaded.Add(int64(n))
+	v, _ := r.byReason.LoadOrStore(reason+"/"+mode, new(atomic.Int64))
+	v.(*atomic.Int64).Add(int64(n))
+}
+
+func (r *overloadRecorder) reason(key string) int64 {
+	if v, ok := r.byReason.Load(key); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// TestOverloadStalledStore: a redis-server behind a proxy that stalls, as
+// a saturated Redis does. With the bound full (2 calls in flight, 8
+// queued), further decisions are refused at once with ErrOverloaded, the
+// queued ones when queue_wait passes, and only the calls actually sent
+// end as failure-policy (fail-open) answers, after store.timeout. Every
+// caller returns within queue_wait + store.timeout, give or take a
+// generous margin (liveness, not speed). Once the proxy resumes, the
+// store decides again.
+func TestOverloadStalledStore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	for _, batched := range []bool{false, true} {
+		t.Run(batchedName(batched), func(t *testing.T) {
+			t.Parallel()
+			proxy := redistest.StartProxy(t, srv.Addr)
+			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 4})
+			t.Cleanup(func() { c.Close() })
+			const (
+				maxInflight  = 2
+				maxQueue     = 8
+				queueWait    = 200 * time.Millisecond
+				storeTimeout = time.Second
+				margin       = 10 * time.Second // a loaded machine: liveness only
+			)
+			cfg := fmt.Sprintf(`
+policies: {fw: "fixed_window 1000000/1h"}
+store: {timeout: %s, batching: %t}
+failure: {mode: open, breaker: {disabled: true}}
+overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
+`, storeTimeout, batched, maxInflight, maxQueue, queueWait)
+			st, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("ov%d", time.Now().UnixNano())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			rec := &overloadRecorder{}
+			svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := one(t, svc, "fw", "warm"); d.Degraded {
+				t.Fatalf("before the stall: %v", d)
+			}
+			base := rec.snapshot()
+
+			proxy.Stall()
+			type answer struct {
+				d    floodgate.Decision
+				err  error
+				took time.Duration
+			}
+			var wg sync.WaitGroup
+			call := func(out *answer) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					start := time.Now()
+					v, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
+					out.took, out.err = time.Since(start), err
+					if err == nil {
+						out.d = v.Items[0].Decision
+					}
+				}()
+			}
+			sent := make([]answer, maxInflight)
+			for i := range sent {
+				call(&sent[i])
+				waitFor(t, "a call in flight", func() bool {
+					in, q := service.Bound(svc)
+					return in == i+1 && q == 0
+				})
+			}
+			queued := make([]answer, maxQueue)
+			for i := range queued {
+				call(&queued[i])
+			}
+			waitFor(t, "the queue full", func() bool {
+				_, q := service.Bound(svc)
+				return q == maxQueue
+			})
+			refused := make([]answer, 8)
+			for i := range refused {
+				call(&refused[i])
+			}
+			wg.Wait()
+			proxy.Resume()
+
+			bound := queueWait + storeTimeout + margin
+			for what, as := range map[string][]answer{"in flight": sent, "queued": queued, "refused at once": refused} {
+				for i, a := range as {
+					if a.took > bound {
+						t.Errorf("%s %d: returned after %s; want within %s", what, i, a.took, bound)
+					}
+					if what == "in flight" {
+						// Sent, and the store did not answer within
+						// store.timeout: the failure policy's answer.
+						if a.err != nil || !a.d.Degraded || !a.d.Allowed {
+							t.Errorf("%s %d: %v, %v; want a fail-open answer after the store timed out", what, i, a.d, a.err)
+						}
+						continue
+					}
+					if !errors.Is(a.err, service.ErrOverloaded) {
+						t.Errorf("%s %d: %v, %v; want ErrOverloaded", what, i, a.d, a.err)
+					}
+				}
+			}
+			got := rec.snapshot()
+			degraded, storeErrors := got.degraded-base.degraded, got.storeErrors-base.storeErrors
+			if degraded != maxInflight || storeErrors != maxInflight {
+				t.Errorf("%d degraded answers, %d failed store calls; want %d of each: only a call sent to the store may end degraded", degraded, storeErrors, maxInflight)
+			}
+			if q, f := rec.reason("queue_wait/backpressure"), rec.reason("queue_full/backpressure"); q != maxQueue || f != int64(len(refused)) {
+				t.Errorf("overload counted: %d queue_wait, %d queue_full; want %d and %d", q, f, maxQueue, len(refused))
+			}
+			if in, q := service.Bound(svc); q != 0 {
+				t.Errorf("after every caller returned: %d in flight, %d queued; want none queued", in, q)
+			}
+			if n := svc.Queued(); n != 0 {
+				t.Errorf("Queued() = %d after every caller returned; want 0", n)
+			}
+
+			// Resumed: the store decides again (the timed-out connections
+			// are replaced).
+			waitFor(t, "a decision by the store after Resume", func() bool {
+				v, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "after"}})
+				return err == nil && !v.Items[0].Decision.Degraded
+			})
+		})
+	}
+}
+
+// TestOverloadFailurePolicyMode: overload mode failure_policy answers a
+// refused decision as the failure mode does (here closed: denied,
+// degraded, Retry-After), never with ErrOverloaded.
+func TestOverloadFailurePolicyMode(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 2})
+	t.Cleanup(func() { c.Close() })
+	const cfg = `
+policies: {fw: "fixed_window 1000000/1h"}
+store: {timeout: 1s, batching: false}
+failure: {mode: closed, retry_after: 2s, breaker: {disabled: true}}
+overload: {mode: failure_policy, max_inflight: 1, max_queue: 1, queue_wait: 100ms}
+`
+	st, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rec := &overloadRecorder{}
+	svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Stall()
+	defer proxy.Resume()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
+	}()
+	waitFor(t, "a call in flight", func() bool { in, _ := service.Bound(svc); return in == 1 })
+	var wg sync.WaitGroup
+	res := make([]service.Verdict, 2)
+	errs := make([]error, 2)
+	for i := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i], errs[i] = svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
+		}()
+	}
+	wg.Wait()
+	for i := range res {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v; want the failure policy's answer", i, errs[i])
+		}
+		if d := res[i].Items[0].Decision; d.Allowed || !d.Degraded || d.RetryAfter != 2*time.Second {
+			t.Errorf("caller %d: %v; want denied, degraded, retry after 2s (failure mode closed)", i, d)
+		}
+	}
+	if n := rec.overloaded.Load(); n != 2 {
+		t.Errorf("%d refused decisions counted; want 2", n)
+	}
+	<-done
+}
+
+// peakStore is a store that records the most calls it had in flight at
+// once.
+type peakStore struct {
+	*redisstore.Store
+	cur, peak atomic.Int64
+}
+
+func (s *peakStore) enter() {
+	n := s.cur.Add(1)
+	for {
+		p := s.peak.Load()
+		if n <= p || s.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+func (s *peakStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	s.enter()
+	defer s.cur.Add(-1)
+	return s.Store.Take(ctx, req)
+}
+
+func (s *peakStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	s.enter()
+	defer s.cur.Add(-1)
+	s.Store.TakeBatch(ctx, reqs, out)
+}
+
+// TestOverloadHealthyExact: a healthy store and far more callers (256)
+// than the bound (4 calls in flight): every decision is the store's — none
+// degraded, none refused — the calls in flight never exceed the bound,
+// and a fixed window admits exactly its limit. The queue is deep and its
+// wait generous, so that nothing here depends on the machine's speed.
+func TestOverloadHealthyExact(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	for _, batched := range []bool{false, true} {
+		t.Run(batchedName(batched), func(t *testing.T) {
+			t.Parallel()
+			const (
+				callers, each = 256, 8
+				limit         = 300
+				bound         = 4
+			)
+			cfg := fmt.Sprintf(`
+policies: {fw: "fixed_window %d/1h"}
+store: {timeout: 1m, batching: %t}
+overload: {max_inflight: %d, max_queue: 100000, queue_wait: 1m}
+`, limit, batched, bound)
+			rs, err := redisstore.New(redisClient(t, srv), redisstore.WithPrefix(fmt.Sprintf("ovx%d", time.Now().UnixNano())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rs.Close() })
+			st := &peakStore{Store: rs}
+			rec := &overloadRecorder{}
+			svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var admitted, denied, degraded, failed atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					for range each {
+						v, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "hot"}})
+						switch {
+						case err != nil:
+							failed.Add(1)
+						case v.Items[0].Decision.Degraded:
+							degraded.Add(1)
+						case v.Allowed:
+							admitted.Add(1)
+						default:
+							denied.Add(1)
+						}
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if failed.Load() != 0 || degraded.Load() != 0 || rec.overloaded.Load() != 0 {
+				t.Errorf("%d errors, %d degraded, %d refused by the bound; want none", failed.Load(), degraded.Load(), rec.overloaded.Load())
+			}
+			if admitted.Load() != limit || denied.Load() != callers*each-limit {
+				t.Errorf("admitted %d, denied %d; want exactly %d and %d", admitted.Load(), denied.Load(), limit, callers*each-limit)
+			}
+			if p := st.peak.Load(); p > bound {
+				t.Errorf("%d store calls in flight at once; want at most %d", p, bound)
+			}
+		})
+	}
+}

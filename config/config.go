@@ -284,7 +284,7 @@ const MaxTimeout = time.Minute
 const (
 	DefaultTimeout        = 50 * time.Millisecond
 	DefaultMaxQueue       = 4096
-	DefaultQueueWait      = 100 * time.Millisecond
+	DefaultQueueWait      = 500 * time.Millisecond
 	DefaultOverloadStatus = 503
 	DefaultRetryAfter     = time.Second
 	DefaultMaxBodyBytes   = 1 << 20

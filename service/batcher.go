@@ -11,24 +11,31 @@ import (
 )
 
 // batcher turns concurrent decisions into pipelined TakeBatch calls on the
-// guarded store, without waiting to fill a batch: a call that finds fewer
-// than maxInflight batches in flight starts one at once with whatever is
-// queued; calls arriving while all are in flight queue and leave together
-// in the next. At low load every call goes alone (no added latency); under
-// load, round trips carry many decisions. Decisions are unchanged: each
-// request is still one atomic script, in arrival order within a batch.
+// guarded store, without waiting to fill a batch: a call that finds a
+// batch slot free (fewer than maxBatches in flight) and room under the
+// bound starts one at once with whatever is queued; calls arriving while
+// none is free queue and leave together in the next. At low load every
+// call goes alone (no added latency); under load, round trips carry many
+// decisions. Decisions are unchanged: each request is still one atomic
+// script, in arrival order within a batch.
 //
 // The batcher is the service's bound on store calls when batching is on:
-// maxInflight is the overload bound (Overload.MaxInflight), and each batch
-// in flight holds one of its slots. The queue holds at most maxQueue
-// requests, each for at most wait; a request refused for either reason
-// was never sent (errQueueFull, errQueueWait), so the store did not count
-// it. The failure policy's timeout starts when a batch is sent, never
-// while a request queues.
+// maxInflight (Overload.MaxInflight) bounds the decisions in flight at
+// the store, whatever batches carry them, so that a decision's wait inside
+// the store (behind the others in flight) stays what it would be without
+// batching; they travel in at most maxBatches batches (a quarter of
+// maxInflight, at least 1), so that batches form. Bounding batches alone
+// would let maxInflight × maxBatch decisions queue inside Redis, where
+// store.timeout runs. The queue holds at most maxQueue requests, each for
+// at most wait; a request refused for either reason was never sent
+// (errQueueFull, errQueueWait), so the store did not count it. The failure
+// policy's timeout starts when a batch is sent, never while a request
+// queues.
 type batcher struct {
 	store       *failure.Store
-	maxBatch    int
-	maxInflight int
+	maxBatch    int // requests in one batch
+	maxInflight int // requests in flight, all batches together
+	maxBatches  int // batches in flight
 	maxQueue    int
 	wait        time.Duration
 	queuedGauge *queueGauge
@@ -36,7 +43,8 @@ type batcher struct {
 	mu       sync.Mutex
 	queue    []*pending
 	queued   int // requests in queue
-	inflight int
+	inflight int // requests in flight
+	batches  int // runners: batches in flight, or about to take one
 }
 
 // pending is one caller's requests, decided together in one batch (a batch
@@ -49,7 +57,8 @@ type pending struct {
 }
 
 func newBatcher(store *failure.Store, maxBatch, maxInflight, maxQueue int, wait time.Duration, g *queueGauge) *batcher {
-	return &batcher{store: store, maxBatch: maxBatch, maxInflight: maxInflight, maxQueue: maxQueue, wait: wait, queuedGauge: g}
+	return &batcher{store: store, maxBatch: maxBatch, maxInflight: maxInflight, maxBatches: max(1, maxInflight/4),
+		maxQueue: maxQueue, wait: wait, queuedGauge: g}
 }
 
 // do decides reqs into out (one outcome each) in the next batch. It
@@ -60,7 +69,7 @@ func newBatcher(store *failure.Store, maxBatch, maxInflight, maxQueue int, wait 
 func (b *batcher) do(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) error {
 	p := &pending{reqs: reqs, out: make([]storekit.Outcome, len(reqs)), done: make(chan struct{})}
 	b.mu.Lock()
-	start := b.inflight < b.maxInflight
+	start := b.batches < b.maxBatches && b.inflight < b.maxInflight
 	if !start && b.queued > 0 && b.queued+len(reqs) > b.maxQueue {
 		b.mu.Unlock()
 		return errQueueFull
@@ -69,7 +78,7 @@ func (b *batcher) do(ctx context.Context, reqs []floodgate.Request, out []storek
 	b.queued += len(reqs)
 	b.queuedGauge.add(len(reqs))
 	if start {
-		b.inflight++
+		b.batches++
 	}
 	b.mu.Unlock()
 	if start {
@@ -117,24 +126,34 @@ func (b *batcher) withdraw(p *pending) bool {
 	return true
 }
 
-// run sends queued requests in batches until the queue is empty; it holds
-// one of the maxInflight slots meanwhile.
+// run sends queued requests in batches until the queue is empty or the
+// bound is reached (then the batches in flight take the rest as they
+// return); it holds one of the maxBatches slots meanwhile.
 func (b *batcher) run() {
 	var reqs []floodgate.Request
 	var out []storekit.Outcome
 	var batch []*pending
+	sent := 0
 	for {
 		b.mu.Lock()
+		b.inflight -= sent
+		room := min(b.maxBatch, b.maxInflight-b.inflight)
 		n, k := 0, 0
-		for k < len(b.queue) && (k == 0 || n+len(b.queue[k].reqs) <= b.maxBatch) {
+		for k < len(b.queue) && n+len(b.queue[k].reqs) <= room {
 			n += len(b.queue[k].reqs)
 			k++
 		}
+		if k == 0 && len(b.queue) > 0 && b.inflight == 0 {
+			// A request larger than the bound goes alone.
+			n, k = len(b.queue[0].reqs), 1
+		}
 		if k == 0 {
-			b.inflight--
+			b.batches--
 			b.mu.Unlock()
 			return
 		}
+		b.inflight += n
+		sent = n
 		batch = append(batch[:0], b.queue[:k]...)
 		for _, p := range batch {
 			p.sent = true

@@ -56,8 +56,10 @@ func TestOverloadStalledStore(t *testing.T) {
 			proxy := redistest.StartProxy(t, srv.Addr)
 			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 4})
 			t.Cleanup(func() { c.Close() })
+			// Two calls in flight, the bound full: without batching, a bound
+			// of 2 calls; with it, 2 batches (a quarter of 8 decisions).
 			const (
-				maxInflight  = 2
+				inflight     = 2
 				maxQueue     = 8
 				queueWait    = 200 * time.Millisecond
 				storeTimeout = time.Second
@@ -68,7 +70,7 @@ policies: {fw: "fixed_window 1000000/1h"}
 store: {timeout: %s, batching: %t}
 failure: {mode: open, breaker: {disabled: true}}
 overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
-`, storeTimeout, batched, maxInflight, maxQueue, queueWait)
+`, storeTimeout, batched, map[bool]int{false: inflight, true: 4 * inflight}[batched], maxQueue, queueWait)
 			st, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("ov%d", time.Now().UnixNano())))
 			if err != nil {
 				t.Fatal(err)
@@ -103,7 +105,7 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 					}
 				}()
 			}
-			sent := make([]answer, maxInflight)
+			sent := make([]answer, inflight)
 			for i := range sent {
 				call(&sent[i])
 				waitFor(t, "a call in flight", func() bool {
@@ -147,8 +149,8 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 			}
 			got := rec.snapshot()
 			degraded, storeErrors := got.degraded-base.degraded, got.storeErrors-base.storeErrors
-			if degraded != maxInflight || storeErrors != maxInflight {
-				t.Errorf("%d degraded answers, %d failed store calls; want %d of each: only a call sent to the store may end degraded", degraded, storeErrors, maxInflight)
+			if degraded != inflight || storeErrors != inflight {
+				t.Errorf("%d degraded answers, %d failed store calls; want %d of each: only a call sent to the store may end degraded", degraded, storeErrors, inflight)
 			}
 			if q, f := rec.reason("queue_wait/backpressure"), rec.reason("queue_full/backpressure"); q != maxQueue || f != int64(len(refused)) {
 				t.Errorf("overload counted: %d queue_wait, %d queue_full; want %d and %d", q, f, maxQueue, len(refused))
@@ -232,11 +234,11 @@ overload: {mode: failure_policy, max_inflight: 1, max_queue: 1, queue_wait: 100m
 // once.
 type peakStore struct {
 	*redisstore.Store
-	cur, peak atomic.Int64
+	cur, peak atomic.Int64 // decisions in flight
 }
 
-func (s *peakStore) enter() {
-	n := s.cur.Add(1)
+func (s *peakStore) enter(n int64) {
+	n = s.cur.Add(n)
 	for {
 		p := s.peak.Load()
 		if n <= p || s.peak.CompareAndSwap(p, n) {
@@ -246,20 +248,21 @@ func (s *peakStore) enter() {
 }
 
 func (s *peakStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
-	s.enter()
+	s.enter(1)
 	defer s.cur.Add(-1)
 	return s.Store.Take(ctx, req)
 }
 
 func (s *peakStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
-	s.enter()
-	defer s.cur.Add(-1)
+	s.enter(int64(len(reqs)))
+	defer s.cur.Add(-int64(len(reqs)))
 	s.Store.TakeBatch(ctx, reqs, out)
 }
 
 // TestOverloadHealthyExact: a healthy store and far more callers (256)
-// than the bound (4 calls in flight): every decision is the store's — none
-// degraded, none refused — the calls in flight never exceed the bound,
+// than the bound (4 decisions in flight): every decision is the store's —
+// none degraded, none refused — the decisions in flight at the store never
+// exceed the bound, batched or not,
 // and a fixed window admits exactly its limit. The queue is deep and its
 // wait generous, so that nothing here depends on the machine's speed.
 func TestOverloadHealthyExact(t *testing.T) {
@@ -321,7 +324,7 @@ overload: {max_inflight: %d, max_queue: 100000, queue_wait: 1m}
 				t.Errorf("admitted %d, denied %d; want exactly %d and %d", admitted.Load(), denied.Load(), limit, callers*each-limit)
 			}
 			if p := st.peak.Load(); p > bound {
-				t.Errorf("%d store calls in flight at once; want at most %d", p, bound)
+				t.Errorf("%d decisions in flight at the store at once; want at most %d", p, bound)
 			}
 		})
 	}

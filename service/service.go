@@ -86,16 +86,17 @@ type Options struct {
 	// the system clock. Give it the store's clock when the store has one
 	// of its own (tests, replays).
 	Clock storekit.Clock
-	// MaxInflight bounds the store calls (or batches) in flight when the
-	// configuration's overload.max_inflight is 0: give the store's
-	// connection pool size (the CLI gives the Redis pool's). 0 means no
-	// bound without batching, and DefaultBatchInflight batches with it.
+	// MaxInflight bounds the decisions in flight at the store (without
+	// batching, the store calls) when the configuration's
+	// overload.max_inflight is 0: give the store's connection pool size
+	// (the CLI gives the Redis pool's). 0 means no bound without
+	// batching, and DefaultBatchInflight with it.
 	MaxInflight int
 }
 
-// DefaultBatchInflight is the bound on batches in flight when neither the
-// configuration nor Options.MaxInflight gives one.
-const DefaultBatchInflight = 8
+// DefaultBatchInflight is the bound on decisions in flight when batching
+// and neither the configuration nor Options.MaxInflight gives one.
+const DefaultBatchInflight = 32
 
 // Service decides requests. Create it with New.
 type Service struct {

@@ -329,3 +329,92 @@ overload: {max_inflight: %d, max_queue: 100000, queue_wait: 1m}
 		})
 	}
 }
+
+// heldStore is a memory store whose decisions wait while hold is set; as
+// a BatchStore (batch) it makes the service batch.
+type heldStore struct {
+	floodgate.Store
+	hold    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *heldStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	if s.hold.Load() {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.Store.Take(ctx, req)
+}
+
+type heldBatchStore struct{ *heldStore }
+
+func (s heldBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	for i := range reqs {
+		d, err := s.Take(ctx, reqs[i])
+		out[i] = storekit.Outcome{Decision: d, Err: err}
+	}
+}
+
+// TestOverloadCallerLeavesQueue: a caller whose context ends while its
+// decision waits in the queue gets its context's error — not a degraded
+// decision, not ErrOverloaded — and its request is never sent; the queue
+// is empty again. Batched and not.
+func TestOverloadCallerLeavesQueue(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(batchedName(batched), func(t *testing.T) {
+			m := newMem(t, storekit.SystemClock{})
+			held := &heldStore{Store: m, entered: make(chan struct{}), release: make(chan struct{})}
+			var st floodgate.Store = held
+			if batched {
+				st = heldBatchStore{held}
+			}
+			cfg := fmt.Sprintf(`
+policies: {fw: "fixed_window 10/1h"}
+store: {batching: %t}
+overload: {max_inflight: 1, max_queue: 4, queue_wait: 1m}
+`, batched)
+			rec := &overloadRecorder{}
+			svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := service.BatcherQueued(svc) >= 0; got != batched {
+				t.Fatalf("batching %t, want %t", got, batched)
+			}
+			held.hold.Store(true)
+			first := make(chan error, 1)
+			go func() {
+				_, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
+				first <- err
+			}()
+			<-held.entered
+			held.hold.Store(false)
+			cctx, cancel := context.WithCancel(context.Background())
+			second := make(chan error, 1)
+			go func() {
+				_, err := svc.Check(cctx, []service.Item{{Policy: "fw", Key: "k"}})
+				second <- err
+			}()
+			waitFor(t, "the second caller queued", func() bool { _, q := service.Bound(svc); return q == 1 })
+			cancel()
+			if err := <-second; !errors.Is(err, context.Canceled) || errors.Is(err, service.ErrOverloaded) {
+				t.Errorf("a caller that left the queue: %v; want context.Canceled", err)
+			}
+			if _, q := service.Bound(svc); q != 0 {
+				t.Errorf("%d queued after the caller left; want 0", q)
+			}
+			close(held.release)
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			d := one(t, svc, "fw", "k")
+			if d.Degraded || d.Remaining != 8 {
+				t.Errorf("after: %v; want the store's decision, remaining 8: the canceled request was never sent", d)
+			}
+			if c := rec.snapshot(); c.degraded != 0 || rec.overloaded.Load() != 0 {
+				t.Errorf("%d degraded, %d refused by the bound; want none", c.degraded, rec.overloaded.Load())
+			}
+		})
+	}
+}

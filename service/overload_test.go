@@ -40,13 +40,18 @@ func (r *overloadRecorder) reason(key string) int64 {
 }
 
 // TestOverloadStalledStore: a redis-server behind a proxy that stalls, as
-// a saturated Redis does. With the bound full (2 calls in flight, 8
-// queued), further decisions are refused at once with ErrOverloaded, the
-// queued ones when queue_wait passes, and only the calls actually sent
-// end as failure-policy (fail-open) answers, after store.timeout. Every
-// caller returns within queue_wait + store.timeout, give or take a
-// generous margin (liveness, not speed). Once the proxy resumes, the
-// store decides again.
+// a saturated Redis does.
+//
+// First, with nothing timing out (store.timeout and queue_wait of a
+// minute): the bound full (2 calls in flight, 8 decisions queued), further
+// decisions are refused at once with ErrOverloaded; once the proxy
+// resumes, the store decides every one it was sent, and none is degraded.
+//
+// Then, with a short store.timeout and queue_wait, many callers at once
+// against the stalled store: each returns within queue_wait +
+// store.timeout (give or take a generous margin: liveness, not speed),
+// with ErrOverloaded or a fail-open answer, and every fail-open answer is
+// a store call that was sent and timed out: none comes from queueing.
 func TestOverloadStalledStore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -54,46 +59,45 @@ func TestOverloadStalledStore(t *testing.T) {
 		t.Run(batchedName(batched), func(t *testing.T) {
 			t.Parallel()
 			proxy := redistest.StartProxy(t, srv.Addr)
-			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 4})
+			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 16})
 			t.Cleanup(func() { c.Close() })
-			// Two calls in flight, the bound full: without batching, a bound
-			// of 2 calls; with it, 2 batches (a quarter of 8 decisions).
+			// Two calls in flight fill the bound: without batching, a
+			// bound of 2 calls; with it, 2 batches (a quarter of 8
+			// decisions).
 			const (
-				inflight     = 2
-				maxQueue     = 8
-				queueWait    = 200 * time.Millisecond
-				storeTimeout = time.Second
-				margin       = 10 * time.Second // a loaded machine: liveness only
+				inflight = 2
+				maxQueue = 8
+				margin   = 10 * time.Second // a loaded machine: liveness only
 			)
-			cfg := fmt.Sprintf(`
+			maxInflight := map[bool]int{false: inflight, true: 4 * inflight}[batched]
+			config := func(storeTimeout, queueWait time.Duration) string {
+				return fmt.Sprintf(`
 policies: {fw: "fixed_window 1000000/1h"}
 store: {timeout: %s, batching: %t}
 failure: {mode: open, breaker: {disabled: true}}
 overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
-`, storeTimeout, batched, map[bool]int{false: inflight, true: 4 * inflight}[batched], maxQueue, queueWait)
+`, storeTimeout, batched, maxInflight, maxQueue, queueWait)
+			}
 			st, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("ov%d", time.Now().UnixNano())))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
 			rec := &overloadRecorder{}
-			svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+			svc, err := service.New(mustParse(t, config(time.Minute, time.Minute)), service.Options{Store: st, Logger: quiet, Observer: rec})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if d := one(t, svc, "fw", "warm"); d.Degraded {
 				t.Fatalf("before the stall: %v", d)
 			}
-			base := rec.snapshot()
 
-			proxy.Stall()
 			type answer struct {
 				d    floodgate.Decision
 				err  error
 				took time.Duration
 			}
-			var wg sync.WaitGroup
-			call := func(out *answer) {
+			call := func(wg *sync.WaitGroup, out *answer) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -105,9 +109,14 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 					}
 				}()
 			}
+
+			// Phase 1: the bound full, nothing times out.
+			base := rec.snapshot()
+			proxy.Stall()
+			var held, refusedWG sync.WaitGroup
 			sent := make([]answer, inflight)
 			for i := range sent {
-				call(&sent[i])
+				call(&held, &sent[i])
 				waitFor(t, "a call in flight", func() bool {
 					in, q := service.Bound(svc)
 					return in == i+1 && q == 0
@@ -115,7 +124,7 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 			}
 			queued := make([]answer, maxQueue)
 			for i := range queued {
-				call(&queued[i])
+				call(&held, &queued[i])
 			}
 			waitFor(t, "the queue full", func() bool {
 				_, q := service.Bound(svc)
@@ -123,44 +132,72 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 			})
 			refused := make([]answer, 8)
 			for i := range refused {
-				call(&refused[i])
+				call(&refusedWG, &refused[i])
 			}
-			wg.Wait()
+			refusedWG.Wait()
 			proxy.Resume()
-
-			bound := queueWait + storeTimeout + margin
-			for what, as := range map[string][]answer{"in flight": sent, "queued": queued, "refused at once": refused} {
-				for i, a := range as {
-					if a.took > bound {
-						t.Errorf("%s %d: returned after %s; want within %s", what, i, a.took, bound)
-					}
-					if what == "in flight" {
-						// Sent, and the store did not answer within
-						// store.timeout: the failure policy's answer.
-						if a.err != nil || !a.d.Degraded || !a.d.Allowed {
-							t.Errorf("%s %d: %v, %v; want a fail-open answer after the store timed out", what, i, a.d, a.err)
-						}
-						continue
-					}
-					if !errors.Is(a.err, service.ErrOverloaded) {
-						t.Errorf("%s %d: %v, %v; want ErrOverloaded", what, i, a.d, a.err)
-					}
+			held.Wait()
+			for i, a := range refused {
+				if !errors.Is(a.err, service.ErrOverloaded) || a.took > margin {
+					t.Errorf("refused %d: %v, %v after %s; want ErrOverloaded at once", i, a.d, a.err, a.took)
+				}
+			}
+			for i, a := range append(sent, queued...) {
+				if a.err != nil || a.d.Degraded {
+					t.Errorf("sent or queued %d: %v, %v; want the store's decision once resumed", i, a.d, a.err)
 				}
 			}
 			got := rec.snapshot()
-			degraded, storeErrors := got.degraded-base.degraded, got.storeErrors-base.storeErrors
-			if degraded != inflight || storeErrors != inflight {
-				t.Errorf("%d degraded answers, %d failed store calls; want %d of each: only a call sent to the store may end degraded", degraded, storeErrors, inflight)
+			if d := got.degraded - base.degraded; d != 0 {
+				t.Errorf("phase 1: %d degraded answers; want none", d)
 			}
-			if q, f := rec.reason("queue_wait/backpressure"), rec.reason("queue_full/backpressure"); q != maxQueue || f != int64(len(refused)) {
-				t.Errorf("overload counted: %d queue_wait, %d queue_full; want %d and %d", q, f, maxQueue, len(refused))
-			}
-			if in, q := service.Bound(svc); q != 0 {
-				t.Errorf("after every caller returned: %d in flight, %d queued; want none queued", in, q)
+			if f := rec.reason("queue_full/backpressure"); f != int64(len(refused)) {
+				t.Errorf("phase 1: %d refused as queue_full counted; want %d", f, len(refused))
 			}
 			if n := svc.Queued(); n != 0 {
 				t.Errorf("Queued() = %d after every caller returned; want 0", n)
 			}
+
+			// Phase 2: short timeouts, many callers at once.
+			const storeTimeout, queueWait = 300 * time.Millisecond, 100 * time.Millisecond
+			if err := svc.Reload(mustParse(t, config(storeTimeout, queueWait))); err != nil {
+				t.Fatal(err)
+			}
+			base, baseOver := rec.snapshot(), rec.overloaded.Load()
+			proxy.Stall()
+			var all sync.WaitGroup
+			many := make([]answer, inflight+maxQueue+16)
+			for i := range many {
+				call(&all, &many[i])
+			}
+			all.Wait()
+			proxy.Resume()
+			bound := queueWait + storeTimeout + margin
+			var overloaded int64
+			var degraded int
+			for i, a := range many {
+				switch {
+				case a.took > bound:
+					t.Errorf("caller %d: returned after %s; want within %s", i, a.took, bound)
+				case errors.Is(a.err, service.ErrOverloaded):
+					overloaded++
+				case a.err == nil && a.d.Degraded && a.d.Allowed:
+					degraded++
+				default:
+					t.Errorf("caller %d: %v, %v; want ErrOverloaded or a fail-open answer of a timed-out call", i, a.d, a.err)
+				}
+			}
+			got = rec.snapshot()
+			if d, e := got.degraded-base.degraded, got.storeErrors-base.storeErrors; d != degraded || d != e {
+				t.Errorf("phase 2: %d degraded answers seen, %d counted, %d failed store calls; want all equal: only a call sent to the store may end degraded", degraded, d, e)
+			}
+			if o := rec.overloaded.Load() - baseOver; o != overloaded {
+				t.Errorf("phase 2: %d ErrOverloaded answers, %d counted", overloaded, o)
+			}
+			if n := svc.Queued(); n != 0 {
+				t.Errorf("Queued() = %d after every caller returned; want 0", n)
+			}
+			t.Logf("phase 2: %d callers: %d refused (backpressure), %d fail-open after a store timeout", len(many), overloaded, degraded)
 
 			// Resumed: the store decides again (the timed-out connections
 			// are replaced).

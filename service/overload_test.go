@@ -220,7 +220,7 @@ func TestOverloadFailurePolicyMode(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	const cfg = `
 policies: {fw: "fixed_window 1000000/1h"}
-store: {timeout: 1s, batching: false}
+store: {timeout: 1m, batching: false}
 failure: {mode: closed, retry_after: 2s, breaker: {disabled: true}}
 overload: {mode: failure_policy, max_inflight: 1, max_queue: 1, queue_wait: 100ms}
 `
@@ -235,7 +235,6 @@ overload: {mode: failure_policy, max_inflight: 1, max_queue: 1, queue_wait: 100m
 		t.Fatal(err)
 	}
 	proxy.Stall()
-	defer proxy.Resume()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -264,6 +263,7 @@ overload: {mode: failure_policy, max_inflight: 1, max_queue: 1, queue_wait: 100m
 	if n := rec.overloaded.Load(); n != 2 {
 		t.Errorf("%d refused decisions counted; want 2", n)
 	}
+	proxy.Resume()
 	<-done
 }
 

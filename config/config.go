@@ -43,13 +43,14 @@ type Config struct {
 	// Domains are the Envoy rate limit domains, by name order.
 	Domains []*Domain
 
-	Store   Store
-	Failure Failure
-	Admin   Admin
-	Clients Clients
-	Bounds  RequestBounds // the "limits" section: bounds on requests to the service
-	Listen  Listen
-	Envoy   Envoy
+	Store    Store
+	Failure  Failure
+	Overload Overload
+	Admin    Admin
+	Clients  Clients
+	Bounds   RequestBounds // the "limits" section: bounds on requests to the service
+	Listen   Listen
+	Envoy    Envoy
 
 	// Sources are the files the configuration was read from.
 	Sources []string
@@ -119,6 +120,56 @@ type Failure struct {
 	// Breaker configures the circuit breaker of each store node; zero
 	// fields take failure's defaults.
 	Breaker failure.Breaker
+}
+
+// OverloadMode says what the service answers a decision it could not send
+// to the store in time because the store calls in flight were at their
+// bound (Overload.MaxInflight) and the queue was full or its wait passed.
+type OverloadMode uint8
+
+const (
+	// Backpressure refuses the decision as overloaded (service.ErrOverloaded):
+	// HTTP 503 (or Overload.Status) with Retry-After, gRPC
+	// RESOURCE_EXHAUSTED. Nothing is admitted that the store did not
+	// decide. It is the zero value and the default.
+	Backpressure OverloadMode = iota
+	// OverloadFailurePolicy answers as the failure policy (failure.mode)
+	// answers a failing store: with the default mode open, an overloaded
+	// service admits, as it did before overload had a mode of its own.
+	OverloadFailurePolicy
+)
+
+// String returns "backpressure" or "failure_policy".
+func (m OverloadMode) String() string {
+	if m == OverloadFailurePolicy {
+		return "failure_policy"
+	}
+	return "backpressure"
+}
+
+// Overload bounds the store calls in flight and the decisions waiting for
+// one (the "overload" section; docs/operations.md, Overload).
+type Overload struct {
+	// Mode is what a decision that could not be sent in time becomes;
+	// the zero value is Backpressure.
+	Mode OverloadMode
+	// MaxInflight bounds the decisions in flight at the store at once
+	// (with store.batching, carried by at most a quarter as many
+	// pipelined batches; without, one store call each); 0 means the Redis
+	// connection pool's size (none for the memory store). From 1 to
+	// 100000.
+	MaxInflight int
+	// MaxQueue bounds the decisions waiting for a call to finish; past
+	// it a decision is refused at once. 0 means DefaultMaxQueue; from 1
+	// to 1000000.
+	MaxQueue int
+	// QueueWait bounds a decision's wait in the queue, from 1ms to
+	// MaxTimeout; 0 means DefaultQueueWait. store.timeout starts when the
+	// call is sent, after this wait.
+	QueueWait time.Duration
+	// Status is the HTTP status of a backpressure answer, 503 or 429; 0
+	// means 503.
+	Status int
 }
 
 // FailurePolicy returns the failure policy of the configuration: f with the
@@ -240,6 +291,9 @@ const MaxTimeout = time.Minute
 // Defaults of the fields above.
 const (
 	DefaultTimeout        = 50 * time.Millisecond
+	DefaultMaxQueue       = 4096
+	DefaultQueueWait      = 500 * time.Millisecond
+	DefaultOverloadStatus = 503
 	DefaultRetryAfter     = time.Second
 	DefaultMaxBodyBytes   = 1 << 20
 	DefaultMaxBatch       = 1000
@@ -270,6 +324,15 @@ func (c *Config) withDefaults() {
 	}
 	if c.Failure.RetryAfter == 0 {
 		c.Failure.RetryAfter = DefaultRetryAfter
+	}
+	if c.Overload.MaxQueue == 0 {
+		c.Overload.MaxQueue = DefaultMaxQueue
+	}
+	if c.Overload.QueueWait == 0 {
+		c.Overload.QueueWait = DefaultQueueWait
+	}
+	if c.Overload.Status == 0 {
+		c.Overload.Status = DefaultOverloadStatus
 	}
 	if c.Bounds.MaxBodyBytes == 0 {
 		c.Bounds.MaxBodyBytes = DefaultMaxBodyBytes
@@ -507,6 +570,9 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 			r.breaker(v.value, &cfg.Failure.Breaker)
 		}
 	}
+	if f, ok := fs["overload"]; ok {
+		r.overload(f.value, &cfg.Overload)
+	}
 	if f, ok := fs["admin"]; ok {
 		r.admin(f.value, &cfg.Admin)
 	}
@@ -518,6 +584,47 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 	}
 	if f, ok := fs["listen"]; ok {
 		r.listen(f.value, &cfg.Listen)
+	}
+}
+
+// overload reads the overload section.
+func (r *reader) overload(n *yaml.Node, o *Overload) {
+	of := r.section(n, "overload")
+	if v, ok := of["mode"]; ok {
+		if s, ok := r.str(v.value, "overload.mode"); ok {
+			switch s {
+			case "backpressure":
+				o.Mode = Backpressure
+			case "failure_policy":
+				o.Mode = OverloadFailurePolicy
+			default:
+				r.errorf(v.value, "overload.mode", "want backpressure or failure_policy, found %q", s)
+			}
+		}
+	}
+	if v, ok := of["max_inflight"]; ok {
+		n, _ := r.integer(v.value, "overload.max_inflight", 0, 100_000)
+		o.MaxInflight = int(n)
+	}
+	if v, ok := of["max_queue"]; ok {
+		n, _ := r.integer(v.value, "overload.max_queue", 1, 1_000_000)
+		o.MaxQueue = int(n)
+	}
+	if v, ok := of["queue_wait"]; ok {
+		if d, ok := r.duration(v.value, "overload.queue_wait", time.Millisecond); ok {
+			if d > MaxTimeout {
+				r.errorf(v.value, "overload.queue_wait", "want a duration from 1ms to %s, found %s", MaxTimeout, d)
+			}
+			o.QueueWait = d
+		}
+	}
+	if v, ok := of["status"]; ok {
+		if n, ok := r.integer(v.value, "overload.status", 0, 999); ok {
+			if n != 503 && n != 429 {
+				r.errorf(v.value, "overload.status", "want 503 or 429, found %d", n)
+			}
+			o.Status = int(n)
+		}
 	}
 }
 

@@ -97,6 +97,18 @@ var schema = []setting{
 				value: func(c *Config) string { return duration(orDuration(c.Failure.Breaker.OpenFor, failure.DefaultOpenFor)) }},
 		}},
 	}},
+	{key: "overload", doc: "bounds on the store calls in flight and the decisions waiting for one; store.timeout starts when a call is sent (docs/operations.md, Overload)", children: []setting{
+		{key: "mode", doc: "backpressure (refuse: HTTP status below with Retry-After, gRPC RESOURCE_EXHAUSTED) | failure_policy (answer as failure.mode does)",
+			value: func(c *Config) string { return c.Overload.Mode.String() }},
+		{key: "max_inflight", doc: "decisions in flight at the store at once (batched: in at most a quarter as many pipelined batches), 1 to 100000; 0: the Redis connection pool's size (none for the memory store)",
+			value: func(c *Config) string { return strconv.Itoa(c.Overload.MaxInflight) }},
+		{key: "max_queue", doc: "decisions waiting for a call, 1 to 1000000; past it a decision is refused at once",
+			value: func(c *Config) string { return strconv.Itoa(c.Overload.MaxQueue) }},
+		{key: "queue_wait", doc: "the longest a decision waits in the queue, 1ms to " + MaxTimeout.String() + "; then it is refused",
+			value: func(c *Config) string { return duration(c.Overload.QueueWait) }},
+		{key: "status", doc: "HTTP status of a refused decision: 503 or 429",
+			value: func(c *Config) string { return strconv.Itoa(c.Overload.Status) }},
+	}},
 	{key: "admin", doc: "the admin endpoints: /v1/reset, /v1/keys, /v1/stats and its history", children: []setting{
 		{key: "token", doc: "the bearer token they need, 16+ characters; better: FLOODGATE_ADMIN_TOKEN or token_file. None: they answer 403, unless allow_loopback",
 			value: func(c *Config) string { return quote(c.Admin.Token) }},

@@ -385,3 +385,49 @@ func TestFullStoreKeepsLimits(t *testing.T) {
 		t.Errorf("memstore counted %d refusals, the failure policy degraded %d", st.Refused, refused)
 	}
 }
+
+// TestBatchIsOneCallForTheBreaker: a batch whose round trip to a node
+// fails is one failed call for that node's breaker, not one per decision
+// in it: a single failed batch of 50 decisions does not open a breaker
+// that needs 3 calls, while 3 failed batches do.
+func TestBatchIsOneCallForTheBreaker(t *testing.T) {
+	clock := floodgatetest.NewManualClock(epoch)
+	inner := newSharded(t, clock)
+	s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Open, Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Second}},
+		failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner.down.Store("A", true)
+	reqs := make([]floodgate.Request, 50)
+	for i := range reqs {
+		reqs[i] = floodgate.Request{Policy: &policy, Key: fmt.Sprintf("a%d", i), N: 1}
+	}
+	out := make([]storekit.Outcome, len(reqs))
+	isOpen := func() bool {
+		for _, b := range s.Guard().Breakers() {
+			if b.Node == "A" && b.Open {
+				return true
+			}
+		}
+		return false
+	}
+	for batch := range 3 {
+		if isOpen() {
+			t.Fatalf("A's breaker open after %d failed batches; want it closed until 3", batch)
+		}
+		before := inner.calls.Load()
+		s.TakeBatch(context.Background(), reqs, out)
+		if got := inner.calls.Load() - before; got != int64(len(reqs)) {
+			t.Fatalf("batch %d: %d decisions reached the store, want %d", batch, got, len(reqs))
+		}
+		for i, o := range out {
+			if !o.Decision.Degraded || !o.Decision.Allowed {
+				t.Fatalf("batch %d, request %d: %+v; want degraded, allowed", batch, i, o)
+			}
+		}
+	}
+	if !isOpen() {
+		t.Error("A's breaker closed after 3 failed batches; want it open")
+	}
+}

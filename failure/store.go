@@ -114,7 +114,8 @@ func grantDegraded(req *floodgate.Request, d *floodgate.Decision) {
 // TakeBatch decides reqs in one call to the wrapped store (which must be a
 // storekit.BatchStore; otherwise one Take each), each request by the
 // failure policy when the store fails it or its node's breaker is open.
-// The whole batch has one timeout.
+// The whole batch has one timeout, and each node's share of it is one call
+// for the node's breaker (failed when any of its decisions failed).
 func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
 	if s.batch == nil {
 		for i := range reqs {
@@ -163,12 +164,20 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	if cancel != nil {
 		cancel()
 	}
+	// Each node's share of the batch is one pipelined round trip: one call
+	// for its breaker, failed when any of its decisions failed, so that a
+	// round trip that timed out opens no breaker on its own by counting
+	// as many failures as it carried decisions.
+	type trip struct {
+		failed, probe bool
+		err           error
+	}
+	var trips map[string]*trip
 	for j, i := range send {
 		d, err := res[j].Decision, res[j].Err
-		b := s.g.breaker(nodes[i])
 		if err != nil && (requestError(err) || ctx.Err() != nil) {
 			if probes[i] {
-				b.state.Store(open)
+				s.g.breaker(nodes[i]).state.Store(open)
 			}
 			if ctx.Err() != nil && !requestError(err) {
 				err = ctx.Err()
@@ -178,15 +187,17 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		}
 		s.g.observe(opOf(&reqs[i]), nodes[i], took, err)
 		if !p.Breaker.Disabled {
-			failed := err != nil && !errors.Is(err, storekit.ErrFull) // see Guard.Do
-			switch b.record(s.g.clock.Now().UnixNano(), &p.Breaker, failed, probes[i]) {
-			case +1:
-				s.g.log.Warn("store failing: circuit breaker open, the failure policy decides without it",
-					"node", nodeName(nodes[i]), "mode", p.Mode.String(), "open_for", p.Breaker.OpenFor.String(), "error", err)
-				s.g.changed(nodes[i], true)
-			case -1:
-				s.g.log.Info("store recovered: circuit breaker closed", "node", nodeName(nodes[i]))
-				s.g.changed(nodes[i], false)
+			if trips == nil {
+				trips = map[string]*trip{}
+			}
+			tr := trips[nodes[i]]
+			if tr == nil {
+				tr = &trip{}
+				trips[nodes[i]] = tr
+			}
+			tr.probe = tr.probe || probes[i]
+			if err != nil && !errors.Is(err, storekit.ErrFull) && !tr.failed { // see Guard.Do
+				tr.failed, tr.err = true, err
 			}
 		}
 		if err != nil {
@@ -195,6 +206,27 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		}
 		out[i] = storekit.Outcome{Decision: d}
 	}
+	for node, tr := range trips {
+		switch s.g.breaker(node).record(s.g.clock.Now().UnixNano(), &p.Breaker, tr.failed, tr.probe) {
+		case +1:
+			s.g.log.Warn("store failing: circuit breaker open, the failure policy decides without it",
+				"node", nodeName(node), "mode", p.Mode.String(), "open_for", p.Breaker.OpenFor.String(), "error", tr.err)
+			s.g.changed(node, true)
+		case -1:
+			s.g.log.Info("store recovered: circuit breaker closed", "node", nodeName(node))
+			s.g.changed(node, false)
+		}
+	}
+}
+
+// Refused returns the decision the failure policy gives req when it was
+// not sent to the store at all, for cause (such as a service's overload
+// bound): as for a failing store — Degraded; allowed in Open mode, denied
+// in Closed mode, the fallback store's in Fallback mode. The breakers do
+// not count it: the store was not asked.
+func (s *Store) Refused(ctx context.Context, req floodgate.Request, cause error) floodgate.Decision {
+	p := s.g.policy.Load()
+	return s.g.degrade(ctx, p, s.node(ctx, &req), cause, s.fallbackOf(p, &req))
 }
 
 func (s *Store) fallbackOf(p *Policy, req *floodgate.Request) func(context.Context) (floodgate.Decision, error) {

@@ -141,9 +141,11 @@ func (e *Engine) Table() *Table { return e.table.Load() }
 // quota-mode one is). An unknown domain gives OK statuses. The error is a
 // *service.RequestError for an empty domain or descriptor list, too many
 // descriptors, a bad override, an oversized descriptor, or negative hits
-// on a store that takes no refunds. A descriptor with negative hits is a
-// refund to its counter, answered OK (SPEC.md, "Envoy's rate limit
-// service").
+// on a store that takes no refunds; one wrapping service.ErrOverloaded
+// when the service refused the decisions under its overload bound (none
+// was made); the context's when the caller left while they waited to be
+// sent. A descriptor with negative hits is a refund to its counter,
+// answered OK (SPEC.md, "Envoy's rate limit service").
 func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, error) {
 	t := e.table.Load()
 	plan, err := t.Match(req)
@@ -153,7 +155,10 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, er
 	if t.domains[req.Domain] == nil {
 		e.svc.CountUnknownDomain()
 	}
-	ds := e.svc.Decide(ctx, plan.Requests)
+	ds, err := e.svc.Decide(ctx, plan.Requests)
+	if err != nil {
+		return Response{}, err
+	}
 	for j := range ds {
 		if !plan.Requests[j].Peek && !plan.Requests[j].Refund {
 			e.svc.Count(plan.rules[j].label, ds[j], plan.rules[j].shadow)

@@ -6,86 +6,175 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/failure"
 	"github.com/floodgatehq/floodgate/storekit"
 )
 
-// batcher turns concurrent Take calls into pipelined TakeBatch calls on a
-// BatchStore, without waiting to fill a batch: a call that finds fewer
-// than maxInflight batches in flight starts one at once with whatever is
-// queued; calls arriving while all are in flight queue and leave together
-// in the next. At low load every call goes alone (no added latency); under
-// load, round trips carry many decisions. Decisions are unchanged: each
-// request is still one atomic script, in arrival order within a batch.
+// batcher turns concurrent decisions into pipelined TakeBatch calls on the
+// guarded store, without waiting to fill a batch: a call that finds a
+// batch slot free (fewer than maxBatches in flight) and room under the
+// bound starts one at once with whatever is queued; calls arriving while
+// none is free queue and leave together in the next. At low load every
+// call goes alone (no added latency); under load, round trips carry many
+// decisions. Decisions are unchanged: each request is still one atomic
+// script, in arrival order within a batch.
+//
+// The batcher is the service's bound on store calls when batching is on:
+// maxInflight (Overload.MaxInflight) bounds the decisions in flight at
+// the store, whatever batches carry them, so that a decision's wait inside
+// the store (behind the others in flight) stays what it would be without
+// batching; they travel in at most maxBatches batches (a quarter of
+// maxInflight, at least 1), so that batches form. Bounding batches alone
+// would let maxInflight × maxBatch decisions queue inside Redis, where
+// store.timeout runs. The queue holds at most maxQueue requests, each for
+// at most wait; a request refused for either reason was never sent
+// (errQueueFull, errQueueWait), so the store did not count it. The failure
+// policy's timeout starts when a batch is sent, never while a request
+// queues.
 type batcher struct {
-	store       storekit.BatchStore
-	maxBatch    int
-	maxInflight int
-	timeout     time.Duration // of one TakeBatch
+	store       *failure.Store
+	maxBatch    int // requests in one batch
+	maxInflight int // requests in flight, all batches together
+	maxBatches  int // batches in flight
+	maxQueue    int
+	wait        time.Duration
+	queuedGauge *queueGauge
 
 	mu       sync.Mutex
 	queue    []*pending
-	inflight int
+	queued   int // requests in queue
+	inflight int // requests in flight
+	batches  int // runners: batches in flight, or about to take one
 }
 
+// pending is one caller's requests, decided together in one batch (a batch
+// is never split inside a caller's requests).
 type pending struct {
-	req  floodgate.Request
-	done chan storekit.Outcome // buffered: the batch never blocks on a caller gone
+	reqs []floodgate.Request
+	out  []storekit.Outcome // the batch's to write until done is closed
+	sent bool               // taken into a batch (under batcher.mu)
+	done chan struct{}
 }
 
-func newBatcher(store storekit.BatchStore, maxBatch, maxInflight int, timeout time.Duration) *batcher {
-	return &batcher{store: store, maxBatch: maxBatch, maxInflight: maxInflight, timeout: timeout}
+func newBatcher(store *failure.Store, maxBatch, maxInflight, maxQueue int, wait time.Duration, g *queueGauge) *batcher {
+	return &batcher{store: store, maxBatch: maxBatch, maxInflight: maxInflight, maxBatches: max(1, maxInflight/4),
+		maxQueue: maxQueue, wait: wait, queuedGauge: g}
 }
 
-// Take decides req in the next batch. It returns when its decision is
-// known or ctx is done; a request whose caller left may still be decided
-// (its outcome is then unknown to the caller, as with any call cut short).
-func (b *batcher) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
-	p := &pending{req: req, done: make(chan storekit.Outcome, 1)}
+// do decides reqs into out (one outcome each) in the next batch. It
+// returns nil when the outcomes are known; errQueueFull or errQueueWait
+// when the requests were not sent (the store did not count them); ctx's
+// error when the caller left first (the requests may still be decided
+// then, as with any call cut short).
+func (b *batcher) do(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) error {
+	p := &pending{reqs: reqs, out: make([]storekit.Outcome, len(reqs)), done: make(chan struct{})}
 	b.mu.Lock()
+	start := b.batches < b.maxBatches && b.inflight < b.maxInflight
+	if !start && b.queued > 0 && b.queued+len(reqs) > b.maxQueue {
+		b.mu.Unlock()
+		return errQueueFull
+	}
 	b.queue = append(b.queue, p)
-	start := b.inflight < b.maxInflight
+	b.queued += len(reqs)
+	b.queuedGauge.add(len(reqs))
 	if start {
-		b.inflight++
+		b.batches++
 	}
 	b.mu.Unlock()
 	if start {
 		go b.run()
 	}
+	t := time.NewTimer(b.wait)
+	defer t.Stop()
 	select {
-	case r := <-p.done:
-		return r.Decision, r.Err
+	case <-p.done:
+	case <-t.C:
+		if b.withdraw(p) {
+			return errQueueWait
+		}
+		<-p.done // sent: bounded by the failure policy's timeout
 	case <-ctx.Done():
-		return floodgate.Decision{}, ctx.Err()
+		if b.withdraw(p) {
+			return ctx.Err()
+		}
+		select {
+		case <-p.done:
+		default:
+			return ctx.Err()
+		}
 	}
+	copy(out, p.out)
+	return nil
 }
 
-// run sends queued requests in batches until the queue is empty.
+// withdraw takes p out of the queue if no batch took it yet, and reports
+// whether it did.
+func (b *batcher) withdraw(p *pending) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.sent {
+		return false
+	}
+	for i, q := range b.queue {
+		if q == p {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			break
+		}
+	}
+	b.queued -= len(p.reqs)
+	b.queuedGauge.add(-len(p.reqs))
+	return true
+}
+
+// run sends queued requests in batches until the queue is empty or the
+// bound is reached (then the batches in flight take the rest as they
+// return); it holds one of the maxBatches slots meanwhile.
 func (b *batcher) run() {
 	var reqs []floodgate.Request
 	var out []storekit.Outcome
+	var batch []*pending
+	sent := 0
 	for {
 		b.mu.Lock()
-		n := min(len(b.queue), b.maxBatch)
-		if n == 0 {
-			b.inflight--
+		b.inflight -= sent
+		room := min(b.maxBatch, b.maxInflight-b.inflight)
+		n, k := 0, 0
+		for k < len(b.queue) && n+len(b.queue[k].reqs) <= room {
+			n += len(b.queue[k].reqs)
+			k++
+		}
+		if k == 0 && len(b.queue) > 0 && b.inflight == 0 {
+			// A request larger than the bound goes alone.
+			n, k = len(b.queue[0].reqs), 1
+		}
+		if k == 0 {
+			b.batches--
 			b.mu.Unlock()
 			return
 		}
-		batch := make([]*pending, n)
-		copy(batch, b.queue)
-		b.queue = append(b.queue[:0], b.queue[n:]...)
+		b.inflight += n
+		sent = n
+		batch = append(batch[:0], b.queue[:k]...)
+		for _, p := range batch {
+			p.sent = true
+		}
+		b.queue = append(b.queue[:0], b.queue[k:]...)
+		b.queued -= n
+		b.queuedGauge.add(-n)
 		b.mu.Unlock()
 
 		reqs, out = reqs[:0], out[:0]
 		for _, p := range batch {
-			reqs = append(reqs, p.req)
-			out = append(out, storekit.Outcome{})
+			reqs = append(reqs, p.reqs...)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		b.store.TakeBatch(ctx, reqs, out)
-		cancel()
-		for i, p := range batch {
-			p.done <- out[i]
+		out = append(out, make([]storekit.Outcome, len(reqs))...)
+		// The failure policy's timeout starts here, as the batch is sent.
+		b.store.TakeBatch(context.Background(), reqs, out)
+		i := 0
+		for _, p := range batch {
+			i += copy(p.out, out[i:])
+			close(p.done)
 		}
+		clear(batch)
 	}
 }

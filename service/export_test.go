@@ -13,3 +13,20 @@ func BatcherQueued(s *Service) int {
 	defer b.mu.Unlock()
 	return len(b.queue)
 }
+
+// Bound returns the store calls (batches, when batching) in flight under
+// the bound of the configuration in force, and the requests queued for
+// one; -1, -1 when that configuration has no bound.
+func Bound(s *Service) (inflight, queued int) {
+	st := s.state.Load()
+	switch {
+	case st.batch != nil:
+		b := st.batch
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.inflight, b.queued
+	case st.gate != nil:
+		return len(st.gate.slots), int(st.gate.queued.Load())
+	}
+	return -1, -1
+}

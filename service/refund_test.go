@@ -28,7 +28,11 @@ func TestOverLimitCacheRefundsAndMax(t *testing.T) {
 		if req.N == 0 {
 			req.N = 1
 		}
-		d := svc.Decide(ctx, []floodgate.Request{req})[0]
+		ds, err := svc.Decide(ctx, []floodgate.Request{req})
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		d := ds[0]
 		if storeCalled {
 			calls++
 		}

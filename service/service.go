@@ -86,7 +86,17 @@ type Options struct {
 	// the system clock. Give it the store's clock when the store has one
 	// of its own (tests, replays).
 	Clock storekit.Clock
+	// MaxInflight bounds the decisions in flight at the store (without
+	// batching, the store calls) when the configuration's
+	// overload.max_inflight is 0: give the store's connection pool size
+	// (the CLI gives the Redis pool's). 0 means no bound without
+	// batching, and DefaultBatchInflight with it.
+	MaxInflight int
 }
+
+// DefaultBatchInflight is the bound on decisions in flight when batching
+// and neither the configuration nor Options.MaxInflight gives one.
+const DefaultBatchInflight = 32
 
 // Service decides requests. Create it with New.
 type Service struct {
@@ -101,6 +111,9 @@ type Service struct {
 	cache *overLimitCache
 
 	interned *storekit.Interner // every policy compiled lately, by identity
+
+	maxInflight int        // Options.MaxInflight
+	queued      queueGauge // requests waiting for a store call
 }
 
 // state is one compiled configuration; reloads swap it whole.
@@ -108,7 +121,18 @@ type state struct {
 	cfg      *config.Config
 	policies map[string]*floodgate.Policy // named policies
 	names    []string                     // their names, sorted
-	batch    *batcher                     // nil without batching
+	batch    *batcher                     // nil without batching; else the bound on store calls
+	gate     *gate                        // the bound on store calls without batching; nil for none
+	bound    bound                        // what batch or gate were made for
+}
+
+// bound is the shape of a state's bound on store calls: a reload that
+// keeps it keeps the batcher or gate, and with them the calls in flight
+// and queued.
+type bound struct {
+	batching           bool
+	maxInflight, queue int
+	wait, storeTimeout time.Duration
 }
 
 // New returns a Service for cfg (as config.Load returns it).
@@ -119,7 +143,10 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	if cfg.Failure.Mode == failure.Fallback && o.Fallback == nil {
 		return nil, errors.New("service: New: failure mode fallback needs Options.Fallback")
 	}
-	s := &Service{raw: o.Store, fallback: o.Fallback, obs: o.Observer, log: o.Logger, clock: o.Clock}
+	if o.MaxInflight < 0 {
+		return nil, fmt.Errorf("service: New: Options.MaxInflight %d: want 0 (none) or more", o.MaxInflight)
+	}
+	s := &Service{raw: o.Store, fallback: o.Fallback, obs: o.Observer, log: o.Logger, clock: o.Clock, maxInflight: o.MaxInflight}
 	if s.clock == nil {
 		s.clock = storekit.SystemClock{}
 	}
@@ -140,7 +167,7 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	s.guarded = g
 	s.cache = newOverLimitCache(100_000)
 	s.interned = storekit.NewInterner(0)
-	s.state.Store(s.compile(cfg))
+	s.state.Store(s.compile(cfg, nil))
 	s.obs.FailureMode(cfg.Failure.Mode.String())
 	return s, nil
 }
@@ -149,7 +176,7 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 // the service compiled lately (the same identity, storekit.ID: name and
 // parameters) keeps its value, so that the stores' caches keyed by it keep
 // serving across reloads; a changed policy is a new value.
-func (s *Service) compile(cfg *config.Config) *state {
+func (s *Service) compile(cfg *config.Config, old *state) *state {
 	st := &state{cfg: cfg, policies: map[string]*floodgate.Policy{}}
 	for i := range cfg.Policies {
 		p := s.interned.Intern(&cfg.Policies[i])
@@ -157,11 +184,38 @@ func (s *Service) compile(cfg *config.Config) *state {
 		st.names = append(st.names, p.Name)
 	}
 	sort.Strings(st.names)
-	if bs, ok := s.raw.(storekit.BatchStore); ok && cfg.Store.Batching {
-		st.batch = newBatcher(bs, 256, 8, cfg.Store.Timeout)
+	_, batchStore := s.raw.(storekit.BatchStore)
+	st.bound = bound{batching: batchStore && cfg.Store.Batching, maxInflight: cfg.Overload.MaxInflight,
+		queue: cfg.Overload.MaxQueue, wait: cfg.Overload.QueueWait, storeTimeout: cfg.Store.Timeout}
+	if st.bound.maxInflight == 0 {
+		st.bound.maxInflight = s.maxInflight
+	}
+	if st.bound.batching && st.bound.maxInflight == 0 {
+		st.bound.maxInflight = DefaultBatchInflight
+	}
+	queue, wait := st.bound.queue, st.bound.wait
+	if queue <= 0 {
+		queue = config.DefaultMaxQueue
+	}
+	if wait <= 0 {
+		wait = config.DefaultQueueWait
+	}
+	switch {
+	case old != nil && old.bound == st.bound:
+		st.batch, st.gate = old.batch, old.gate
+	case st.bound.batching:
+		st.batch = newBatcher(s.guarded, maxBatch, st.bound.maxInflight, queue, wait, &s.queued)
+	case st.bound.maxInflight > 0:
+		st.gate = newGate(st.bound.maxInflight, queue, wait, &s.queued)
 	}
 	return st
 }
+
+// maxBatch is the most requests of one pipelined batch.
+const maxBatch = 256
+
+// Queued returns how many requests wait for a store call (a gauge).
+func (s *Service) Queued() int64 { return s.queued.n.Load() }
 
 // Reload replaces the configuration. Requests in flight finish under the
 // old one; the next ones use the new. Keys keep their state when a policy
@@ -178,7 +232,7 @@ func (s *Service) Reload(cfg *config.Config) error {
 		return err
 	}
 	old := s.state.Load()
-	st := s.compile(cfg)
+	st := s.compile(cfg, old)
 	s.state.Store(st)
 	s.cache.clear()
 	s.obs.Reload(true)
@@ -242,8 +296,11 @@ func (e *RequestError) NotFound() bool {
 
 // Check decides every item (an add of its cost), in one pipelined round
 // trip when the store allows. The error is a *RequestError for a bad
-// request (nothing is decided then); a failing store is not an error: the
-// failure policy decides, and the decisions say Degraded.
+// request (nothing is decided then), or one wrapping ErrOverloaded when
+// the store calls were at their bound and the items could not be sent in
+// time (overload mode backpressure: nothing was counted); a failing store
+// is not an error: the failure policy decides, and the decisions say
+// Degraded.
 func (s *Service) Check(ctx context.Context, items []Item) (Verdict, error) {
 	return s.decideItems(ctx, items, false)
 }
@@ -290,7 +347,10 @@ func (s *Service) decideItems(ctx context.Context, items []Item, peek bool) (Ver
 		}
 		reqs[i] = floodgate.Request{Policy: p, Key: it.Key, N: n, Peek: peek}
 	}
-	ds := s.decide(ctx, st, reqs)
+	ds, err := s.decide(ctx, st, reqs)
+	if err != nil {
+		return Verdict{}, err
+	}
 	res := Verdict{Allowed: true, Items: make([]ItemDecision, len(items))}
 	for i, d := range ds {
 		res.Items[i] = ItemDecision{Policy: reqs[i].Policy, Decision: d}
@@ -332,8 +392,11 @@ func clip(s string) string {
 // compiled from its configuration (package rls) — as Check does: from the
 // over-limit cache where it is exact, else through the store (one pipeline
 // for several), else by the failure policy. It does not count the
-// decisions: call Count for each one made for a client.
-func (s *Service) Decide(ctx context.Context, reqs []floodgate.Request) []floodgate.Decision {
+// decisions: call Count for each one made for a client. The error wraps
+// ErrOverloaded when the requests could not be sent to the store in time
+// (overload mode backpressure; none was decided), or is ctx's when the
+// caller left while they waited to be sent.
+func (s *Service) Decide(ctx context.Context, reqs []floodgate.Request) ([]floodgate.Decision, error) {
 	return s.decide(ctx, s.state.Load(), reqs)
 }
 
@@ -351,10 +414,11 @@ func (s *Service) Count(label string, d floodgate.Decision, shadow bool) {
 var tracer = otel.Tracer("github.com/floodgatehq/floodgate/service")
 
 // decide decides valid requests: from the over-limit cache where it is
-// exact, else through the guarded store (one pipeline for several). Each
-// store call is a span, with the policy, algorithm and verdict of each
-// decision as attributes (a batch's as events); never a key.
-func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Request) []floodgate.Decision {
+// exact, else through the guarded store (one pipeline for several), within
+// the bound on store calls. Each store call is a span, with the policy,
+// algorithm and verdict of each decision as attributes (a batch's as
+// events); never a key.
+func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Request) ([]floodgate.Decision, error) {
 	out := make([]floodgate.Decision, len(reqs))
 	var todo []int
 	now := s.clock.Now()
@@ -368,7 +432,7 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 	}
 	switch {
 	case len(todo) == 0:
-		return out
+		return out, nil
 	case len(todo) > 1:
 		ctx, span := tracer.Start(ctx, "floodgate.store.batch", trace.WithAttributes(attribute.Int("floodgate.requests", len(todo))))
 		sub := make([]floodgate.Request, len(todo))
@@ -376,7 +440,16 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 			sub[j] = reqs[i]
 		}
 		results := make([]storekit.Outcome, len(sub))
-		s.guarded.TakeBatch(ctx, sub, results)
+		if err := s.takeBatch(ctx, st, sub, results); err != nil {
+			span.End()
+			if errors.Is(err, ErrOverloaded) && st.cfg.Overload.Mode == config.OverloadFailurePolicy {
+				for _, i := range todo {
+					out[i] = s.guarded.Refused(ctx, reqs[i], err)
+				}
+				return out, nil
+			}
+			return nil, err
+		}
 		for j, i := range todo {
 			out[i] = s.settle(st, &reqs[i], results[j].Decision, results[j].Err, now)
 			if span.IsRecording() {
@@ -387,12 +460,14 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 	default:
 		i := todo[0]
 		ctx, span := tracer.Start(ctx, "floodgate.store")
-		var d floodgate.Decision
-		var err error
-		if st.batch != nil {
-			d, err = s.guarded.TakeVia(ctx, reqs[i], st.batch.Take)
-		} else {
-			d, err = s.guarded.Take(ctx, reqs[i])
+		d, err, qerr := s.take(ctx, st, reqs[i])
+		if qerr != nil {
+			span.End()
+			if !errors.Is(qerr, ErrOverloaded) || st.cfg.Overload.Mode != config.OverloadFailurePolicy {
+				return nil, qerr
+			}
+			out[i] = s.guarded.Refused(ctx, reqs[i], qerr)
+			return out, nil
 		}
 		out[i] = s.settle(st, &reqs[i], d, err, now)
 		if span.IsRecording() {
@@ -400,7 +475,61 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 		}
 		span.End()
 	}
-	return out
+	return out, nil
+}
+
+// take decides one request through the guarded store, within the bound on
+// store calls. qerr is set, and the request was not sent, when it could
+// not be sent in time (wrapping ErrOverloaded; counted for the observer)
+// or the caller left while it waited (ctx's error); err is the guarded
+// store's.
+func (s *Service) take(ctx context.Context, st *state, req floodgate.Request) (d floodgate.Decision, err, qerr error) {
+	switch {
+	case st.batch != nil:
+		var out [1]storekit.Outcome
+		if qerr := st.batch.do(ctx, []floodgate.Request{req}, out[:]); qerr != nil {
+			s.overloaded(st, qerr, 1)
+			return floodgate.Decision{}, nil, qerr
+		}
+		return out[0].Decision, out[0].Err, nil
+	case st.gate != nil:
+		if qerr := st.gate.acquire(ctx, 1); qerr != nil {
+			s.overloaded(st, qerr, 1)
+			return floodgate.Decision{}, nil, qerr
+		}
+		defer st.gate.release()
+	}
+	d, err = s.guarded.Take(ctx, req)
+	return d, err, nil
+}
+
+// takeBatch is take for several requests, sent together; its error is
+// take's qerr.
+func (s *Service) takeBatch(ctx context.Context, st *state, reqs []floodgate.Request, out []storekit.Outcome) error {
+	switch {
+	case st.batch != nil:
+		err := st.batch.do(ctx, reqs, out)
+		s.overloaded(st, err, len(reqs))
+		return err
+	case st.gate != nil:
+		if err := st.gate.acquire(ctx, len(reqs)); err != nil {
+			s.overloaded(st, err, len(reqs))
+			return err
+		}
+		defer st.gate.release()
+	}
+	s.guarded.TakeBatch(ctx, reqs, out)
+	return nil
+}
+
+// overloaded reports n requests refused by the bound, when err says so.
+func (s *Service) overloaded(st *state, err error, n int) {
+	if !errors.Is(err, ErrOverloaded) {
+		return
+	}
+	if o, ok := s.obs.(OverloadObserver); ok {
+		o.Overloaded(overloadReason(err), st.cfg.Overload.Mode.String(), n)
+	}
 }
 
 // decisionAttrs are a decision's trace attributes: its policy, algorithm,

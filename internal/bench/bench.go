@@ -35,6 +35,11 @@ type Outcome struct {
 	// Degraded is set when a failure policy of the service, not the
 	// algorithm, decided (the store was down).
 	Degraded bool
+	// Backpressure is set when the service refused the request under its
+	// overload bound (HTTP 503 or 429 "overloaded", gRPC
+	// RESOURCE_EXHAUSTED): it was not decided, and the limiter counted
+	// nothing. Allowed is false then.
+	Backpressure bool
 }
 
 // Distribution says how each request picks its key.
@@ -280,7 +285,8 @@ type worker struct {
 	denied   atomic.Int64
 	errors   atomic.Int64
 	degraded atomic.Int64
-	_        [64]byte // keep workers' counters on separate cache lines
+	pushback atomic.Int64 // backpressure answers
+	_        [64]byte     // keep workers' counters on separate cache lines
 }
 
 // abortAfter is how many requests in a row must fail, with none answered,
@@ -436,7 +442,9 @@ func (w *worker) do(k int, intended, sent time.Duration) {
 	if r.ledger != nil {
 		// A degraded answer came from the service's failure policy: what
 		// the limiter counted, if anything, is unknown, as for a failure.
-		r.ledger.end(k, sentUS, base+int64(done/time.Microsecond), out.Allowed, err == nil && !out.Degraded)
+		// A backpressure answer was never sent to the limiter: left out,
+		// exactly (it neither admitted nor counted).
+		r.ledger.end(k, sentUS, base+int64(done/time.Microsecond), out.Allowed, err == nil && !out.Degraded && !out.Backpressure)
 	}
 	n := r.answered.Add(1)
 	if err != nil {
@@ -450,6 +458,12 @@ func (w *worker) do(k int, intended, sent time.Duration) {
 			r.stop.Store(true)
 		}
 		r.errMu.Unlock()
+		return
+	}
+	if out.Backpressure {
+		// Answered, but not decided: neither allowed nor denied.
+		w.pushback.Add(1)
+		w.hist.Record(done - intended)
 		return
 	}
 	r.decided.Add(1)
@@ -466,7 +480,7 @@ func (w *worker) do(k int, intended, sent time.Duration) {
 
 // counts sums the workers' counters.
 type counts struct {
-	allowed, denied, errors, degraded int64
+	allowed, denied, errors, degraded, backpressure int64
 }
 
 func (r *run) counts() counts {
@@ -476,6 +490,7 @@ func (r *run) counts() counts {
 		c.denied += w.denied.Load()
 		c.errors += w.errors.Load()
 		c.degraded += w.degraded.Load()
+		c.backpressure += w.pushback.Load()
 	}
 	return c
 }

@@ -398,7 +398,7 @@ func (s *syncBuffer) String() string {
 // documents every one, and a change here is a change of the stable
 // output.
 var schema = map[string][]string{
-	"":           {"version", "target", "workload", "interrupted", "elapsed_s", "requests", "decisions", "decisions_per_s", "allowed", "denied", "errors", "first_error", "degraded", "unsent", "latency_us", "accuracy", "notes"},
+	"":           {"version", "target", "workload", "interrupted", "elapsed_s", "requests", "decisions", "decisions_per_s", "allowed", "denied", "errors", "first_error", "degraded", "backpressure", "unsent", "latency_us", "accuracy", "notes"},
 	"target":     {"kind", "address", "policy_name", "policy", "domain", "descriptor"},
 	"workload":   {"mode", "concurrency", "rate", "iterations", "duration_s", "keys", "distribution", "zipf_s", "cost"},
 	"latency_us": {"min", "mean", "p50", "p90", "p99", "p999", "max"},
@@ -424,7 +424,7 @@ func TestJSONSchema(t *testing.T) {
 	if m["version"] != float64(ReportVersion) {
 		t.Errorf("version %v, want %d", m["version"], ReportVersion)
 	}
-	for _, k := range []string{"elapsed_s", "requests", "decisions", "decisions_per_s", "allowed", "denied", "errors", "degraded", "unsent"} {
+	for _, k := range []string{"elapsed_s", "requests", "decisions", "decisions_per_s", "allowed", "denied", "errors", "degraded", "backpressure", "unsent"} {
 		if _, ok := m[k].(float64); !ok {
 			t.Errorf("%s is %T, want a number", k, m[k])
 		}
@@ -502,4 +502,35 @@ func mustPolicy(t testing.TB, text string) *floodgate.Policy {
 		t.Fatal(err)
 	}
 	return &p
+}
+
+// TestBackpressureCounted: backpressure answers are counted apart — not
+// allowed, not denied, not degraded, not errors — and left out of
+// accuracy, which stays exact: a store that refuses every third request
+// before deciding it scores no over-admission.
+func TestBackpressureCounted(t *testing.T) {
+	p := mustPolicy(t, "fixed_window 50/1h")
+	m := newMemTarget(t, p)
+	var n atomic.Int64
+	target := funcTarget(func(ctx context.Context, key string, cost int64) (Outcome, error) {
+		if n.Add(1)%3 == 0 {
+			return Outcome{Backpressure: true}, nil
+		}
+		return m.Take(ctx, key, cost)
+	})
+	rep := mustRun(t, Config{Target: target, Policy: p, Concurrency: 4, Iterations: 75, Keys: 1, Distribution: Uniform, Cost: 1})
+	if rep.Backpressure != 100 || rep.Degraded != 0 || rep.Errors != 0 {
+		t.Errorf("backpressure %d, degraded %d, errors %d; want 100, 0, 0", rep.Backpressure, rep.Degraded, rep.Errors)
+	}
+	if rep.Allowed != 50 || rep.Denied != 150 || rep.Decisions != 200 || rep.Requests != 300 {
+		t.Errorf("allowed %d, denied %d, decisions %d, requests %d; want 50, 150, 200, 300", rep.Allowed, rep.Denied, rep.Decisions, rep.Requests)
+	}
+	if a := rep.Accuracy; a == nil || a.Over() || a.OverAdmitted != 0 {
+		t.Errorf("accuracy %+v: want no over-admission", a)
+	}
+	var buf bytes.Buffer
+	rep.WriteText(&buf)
+	if !strings.Contains(buf.String(), "backpressure 100") {
+		t.Errorf("the text report does not show the backpressure answers:\n%s", buf.String())
+	}
 }

@@ -55,6 +55,9 @@ func (r *run) progressLine(now time.Duration, c counts, rate float64) string {
 	line := fmt.Sprintf("%6.1fs  %s decisions/s  allowed %s  denied %s  errors %s  p99 %s",
 		now.Seconds(), formatCount(rate), formatCount(float64(c.allowed)), formatCount(float64(c.denied)),
 		formatCount(float64(c.errors)), fmtUS(micros(p99)))
+	if c.backpressure > 0 {
+		line += fmt.Sprintf("  backpressure %s", formatCount(float64(c.backpressure)))
+	}
 	if left, ok := r.timeLeft(now, c, rate); ok {
 		line += fmt.Sprintf("  %s left", left.Round(100*time.Millisecond))
 	}
@@ -69,7 +72,7 @@ func (r *run) timeLeft(now time.Duration, c counts, rate float64) (time.Duration
 		left, ok = max(r.deadline-now, 0), true
 	}
 	if r.cfg.Iterations > 0 && rate > 0 {
-		todo := r.cfg.Iterations*int64(r.cfg.Concurrency) - (c.allowed + c.denied + c.errors)
+		todo := r.cfg.Iterations*int64(r.cfg.Concurrency) - (c.allowed + c.denied + c.backpressure + c.errors)
 		est := time.Duration(float64(max(todo, 0)) / rate * float64(time.Second))
 		if !ok || est < left {
 			left, ok = est, true

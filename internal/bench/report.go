@@ -29,7 +29,8 @@ type Report struct {
 	// ElapsedSeconds runs from the start to the last answer.
 	ElapsedSeconds float64 `json:"elapsed_s"`
 
-	// Requests counts the requests sent: Decisions plus Errors.
+	// Requests counts the requests sent: Decisions plus Backpressure plus
+	// Errors.
 	Requests int64 `json:"requests"`
 	// Decisions counts the requests answered, Allowed plus Denied.
 	Decisions int64 `json:"decisions"`
@@ -44,6 +45,11 @@ type Report struct {
 	// Degraded counts answers made by the service's failure policy rather
 	// than by the algorithm (HTTP target only).
 	Degraded int64 `json:"degraded"`
+	// Backpressure counts answers refusing the request under the
+	// service's overload bound (HTTP 503/429 "overloaded", gRPC
+	// RESOURCE_EXHAUSTED): not decisions, not degraded, not errors; the
+	// limiter counted none of them.
+	Backpressure int64 `json:"backpressure"`
 	// Unsent counts open-loop arrivals that were due before the run ended
 	// but that no worker was free to send: the target fell behind Rate.
 	Unsent int64 `json:"unsent"`
@@ -104,12 +110,13 @@ func (r *run) report(interrupted bool) *Report {
 		},
 		Interrupted:    interrupted,
 		ElapsedSeconds: math.Round(elapsed.Seconds()*1e6) / 1e6,
-		Requests:       c.allowed + c.denied + c.errors,
+		Requests:       c.allowed + c.denied + c.backpressure + c.errors,
 		Decisions:      c.allowed + c.denied,
 		Allowed:        c.allowed,
 		Denied:         c.denied,
 		Errors:         c.errors,
 		Degraded:       c.degraded,
+		Backpressure:   c.backpressure,
 		Latency: Latency{
 			Min: micros(h.Min()), Mean: micros(h.Mean()), P50: micros(h.Quantile(0.50)), P90: micros(h.Quantile(0.90)),
 			P99: micros(h.Quantile(0.99)), P999: micros(h.Quantile(0.999)), Max: micros(h.Max()),
@@ -142,6 +149,9 @@ func (r *run) report(interrupted bool) *Report {
 		rep.Accuracy = r.ledger.accuracy()
 		if c.errors > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%d requests failed and may or may not have been counted by the limiter: accuracy is approximate", c.errors))
+		}
+		if c.backpressure > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%d answers were backpressure (the service's overload bound): never sent to the limiter, they are left out of accuracy, which stays exact", c.backpressure))
 		}
 		if c.degraded > 0 {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%d answers came from the service's failure policy, not from its algorithm: accuracy leaves them out and is approximate", c.degraded))
@@ -200,6 +210,9 @@ func (rep *Report) WriteText(w io.Writer) {
 		formatCount(float64(rep.Allowed)), formatCount(float64(rep.Denied)), formatCount(float64(rep.Errors)))
 	if rep.Degraded > 0 {
 		fmt.Fprintf(w, "   degraded %s", formatCount(float64(rep.Degraded)))
+	}
+	if rep.Backpressure > 0 {
+		fmt.Fprintf(w, "   backpressure %s", formatCount(float64(rep.Backpressure)))
 	}
 	if rep.Unsent > 0 {
 		fmt.Fprintf(w, "   unsent %s", formatCount(float64(rep.Unsent)))

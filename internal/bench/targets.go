@@ -18,6 +18,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -232,6 +233,9 @@ func (t *HTTPTarget) Take(ctx context.Context, key string, n int64) (Outcome, er
 	if err := json.Unmarshal(data, &a); err != nil {
 		return Outcome{}, fmt.Errorf("HTTP %d with an answer that is not JSON: %.120q", resp.StatusCode, data)
 	}
+	if a.Error != nil && a.Error.Code == "overloaded" && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests) {
+		return Outcome{Backpressure: true}, nil
+	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
 		if a.Error != nil {
 			field := ""
@@ -329,6 +333,9 @@ func (t *GRPCTarget) Take(ctx context.Context, key string, n int64) (Outcome, er
 	})
 	if err != nil {
 		if st, ok := status.FromError(err); ok {
+			if st.Code() == codes.ResourceExhausted {
+				return Outcome{Backpressure: true}, nil
+			}
 			return Outcome{}, fmt.Errorf("gRPC %s: %s", st.Code(), st.Message())
 		}
 		return Outcome{}, err

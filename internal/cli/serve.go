@@ -330,9 +330,17 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		metrics.WatchMemoryStore(memoryStats(opened.memory))
 		logMemoryBound(log, opened.memory, cfg.Store.MaxKeys)
 	}
-	svc, err := service.New(cfg, service.Options{Store: store, Fallback: fallback, Observer: metrics, Logger: log})
+	svc, err := service.New(cfg, service.Options{Store: store, Fallback: fallback, Observer: metrics, Logger: log, MaxInflight: opened.poolSize})
 	if err != nil {
 		return e.errorf("%v", err)
+	}
+	metrics.WatchQueue(svc.Queued)
+	if mi, from := cfg.Overload.MaxInflight, "overload.max_inflight"; mi > 0 || opened.poolSize > 0 {
+		if mi == 0 {
+			mi, from = opened.poolSize, "the Redis connection pool's size"
+		}
+		log.Info("store calls bounded", "max_inflight", mi, "from", from, "max_queue", cfg.Overload.MaxQueue,
+			"queue_wait", cfg.Overload.QueueWait.String(), "overload_mode", cfg.Overload.Mode.String(), "batching", cfg.Store.Batching)
 	}
 	eng, err := rls.New(svc, cfg)
 	if err != nil {

@@ -34,6 +34,11 @@ type openedStore struct {
 	// protocolMismatch tries when the store does not answer.
 	addr string
 	tls  bool
+
+	// poolSize is the Redis client's connections per node (0 for the
+	// memory store): the default bound on store calls in flight
+	// (overload.max_inflight 0).
+	poolSize int
 }
 
 // openStore builds the configured store without contacting it (see
@@ -74,6 +79,12 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 		return nil, err
 	}
 	st := &openedStore{store: rs, redis: rs, close: func() { rs.Close(); client.Close() }, tls: s.UsesTLS()}
+	switch c := client.(type) {
+	case *redis.Client:
+		st.poolSize = c.Options().PoolSize
+	case *redis.ClusterClient:
+		st.poolSize = c.Options().PoolSize
+	}
 	if s.Type == "redis" {
 		if o, err := redis.ParseURL(s.URL); err == nil {
 			st.addr = o.Addr

@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,9 @@ type Metrics struct {
 	memory     *memoryCollector
 	clients    *prometheus.CounterVec
 	refused    *prometheus.CounterVec
+	overload   *prometheus.CounterVec
+	queued     prometheus.GaugeFunc
+	queueSrc   atomic.Pointer[func() int64]
 
 	reg     prometheus.Registerer // for the listeners' gauges, registered later
 	history *History
@@ -144,16 +148,29 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "floodgate_failure_mode",
 			Help: "The failure mode in force (1 for it, 0 for the others): what a decision becomes when the store fails.",
 		}, []string{"mode"}),
+		overload: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_overload_rejected_total",
+			Help: "Decisions the service did not send to the store because the store calls in flight were at their bound (overload.max_inflight) and the queue was full (reason queue_full) or the wait passed (queue_wait); mode says how they were answered: backpressure (503/429, RESOURCE_EXHAUSTED; never counted as degraded) or failure_policy.",
+		}, []string{"reason", "mode"}),
 		build: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_build_info",
 			Help: "1, labelled with the running build's version, VCS revision and Go version.",
 		}, []string{"version", "revision", "goversion"}),
 	}
+	m.queued = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "floodgate_store_queued",
+		Help: "Decisions waiting now for a store call to come free (bounded by overload.max_queue).",
+	}, func() float64 {
+		if f := m.queueSrc.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
 	m.memory = newMemoryCollector()
 	m.history, _ = NewHistory(HistoryOptions{}) // the defaults are valid
 	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads,
 		m.lastReload, m.lastTry, m.lastOK, m.breaker, m.requests, m.latency, m.unknownPol, m.unknownDom, m.mode, m.build,
-		m.memory, m.clients, m.refused} {
+		m.memory, m.clients, m.refused, m.overload, m.queued} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -164,6 +181,16 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.lastOK.Set(1)
 	return m, nil
 }
+
+// Overloaded counts n decisions refused by the service's overload bound
+// (service.OverloadObserver).
+func (m *Metrics) Overloaded(reason, mode string, n int) {
+	m.overload.WithLabelValues(reason, mode).Add(float64(n))
+}
+
+// WatchQueue reads the gauge of decisions waiting for a store call from
+// queued (service.Service.Queued) when scraped.
+func (m *Metrics) WatchQueue(queued func() int64) { m.queueSrc.Store(&queued) }
 
 // History returns the history the metrics feed: per policy and for the
 // store, at 10 s resolution for the last 24 h (see History). Never nil.

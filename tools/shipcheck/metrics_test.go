@@ -85,6 +85,8 @@ func telemetryFamilies(t *testing.T) map[string]dto.MetricType {
 	m.Reload(false)
 	m.ClientRequest("grpc", "envoy")
 	m.AuthRefused("http", "admin", "missing")
+	m.Overloaded("queue_full", "backpressure", 1)
+	m.WatchQueue(func() int64 { return 3 })
 	described := map[string]bool{}
 	for _, c := range reg.collectors {
 		ch := make(chan *prometheus.Desc, 16)

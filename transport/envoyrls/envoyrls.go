@@ -48,7 +48,13 @@ func Register(s *grpc.Server, eng *rls.Engine) *Server {
 
 // ShouldRateLimit decides every descriptor of req. A bad request is
 // InvalidArgument naming the field; a failing store is not an error (the
-// failure policy decides).
+// failure policy decides); a request the service refused under its
+// overload bound (service.ErrOverloaded, overload mode backpressure) is
+// ResourceExhausted. Envoy treats every error status alike: its rate
+// limit filter lets the request through unless failure_mode_deny is set
+// (then it answers status_on_error, 500 by default), so an Envoy that
+// must never let an overloaded limiter's traffic pass sets
+// failure_mode_deny: true (docs/operations.md, Overload).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	r, err := FromProto(req)
 	if err != nil {
@@ -69,6 +75,8 @@ func grpcError(err error) error {
 	switch {
 	case errors.As(err, &re):
 		return status.Error(codes.InvalidArgument, re.Error())
+	case errors.Is(err, service.ErrOverloaded):
+		return status.Error(codes.ResourceExhausted, "the rate limit service is overloaded; retry later")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	case errors.Is(err, context.Canceled):
@@ -194,6 +202,11 @@ func JSONHandler(eng *rls.Engine, maxBody int64) http.Handler {
 			var re *service.RequestError
 			if errors.As(err, &re) {
 				jsonError(w, http.StatusBadRequest, re.Code, re.Error())
+				return
+			}
+			if errors.Is(err, service.ErrOverloaded) {
+				w.Header().Set("Retry-After", "1")
+				jsonError(w, http.StatusServiceUnavailable, "overloaded", "the rate limit service is overloaded; retry later")
 				return
 			}
 			jsonError(w, http.StatusServiceUnavailable, "store_unavailable", "the store is unavailable; try again")

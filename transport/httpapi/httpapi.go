@@ -248,6 +248,8 @@ func (a *api) decide(w http.ResponseWriter, r *http.Request, peek bool) {
 			var re *service.RequestError
 			if errors.As(err, &re) {
 				n.Problem = re.Code
+			} else if errors.Is(err, service.ErrOverloaded) {
+				n.Problem = "overloaded"
 			}
 		}
 		return
@@ -475,6 +477,14 @@ func (a *api) serviceError(w http.ResponseWriter, err error) {
 		writeError(w, status, re.Code, re.Field, re.Msg)
 	case errors.Is(err, service.ErrNoUsage):
 		writeError(w, http.StatusNotImplemented, "no_usage", "", err.Error())
+	case errors.Is(err, service.ErrOverloaded):
+		// Backpressure: nothing was decided, nothing counted. The status
+		// is the operator's (overload.status): 503, or 429.
+		w.Header().Set("Retry-After", "1")
+		writeError(w, a.svc.Config().Overload.Status, "overloaded", "", "the service is at its bound on store calls; retry later")
+	case errors.Is(err, context.Canceled):
+		// The client left while its decision waited to be sent.
+		writeError(w, http.StatusServiceUnavailable, "canceled", "", "the request was canceled")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, floodgate.ErrUnavailable):
 		a.log.Warn("store unavailable", "error", err)
 		w.Header().Set("Retry-After", "1")

@@ -1,0 +1,96 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// ErrOverloaded is wrapped by the error of Check, Peek and Decide for a
+// decision the service refused because the store calls in flight were at
+// their bound (overload.max_inflight) and the queue was full
+// (overload.max_queue) or the decision's wait in it passed
+// (overload.queue_wait), in overload mode backpressure. Such a decision
+// was never sent to the store: nothing was counted, nothing admitted.
+// Transports answer it with HTTP 503 (or overload.status) and
+// Retry-After, or gRPC RESOURCE_EXHAUSTED.
+var ErrOverloaded = errors.New("service: overloaded")
+
+// The causes of an ErrOverloaded.
+var (
+	errQueueFull = fmt.Errorf("%w: the queue of decisions waiting for a store call is full (overload.max_queue)", ErrOverloaded)
+	errQueueWait = fmt.Errorf("%w: no store call came free within overload.queue_wait", ErrOverloaded)
+)
+
+// overloadReason is the metrics label of an ErrOverloaded: "queue_full"
+// or "queue_wait".
+func overloadReason(err error) string {
+	if errors.Is(err, errQueueFull) {
+		return "queue_full"
+	}
+	return "queue_wait"
+}
+
+// OverloadObserver is implemented by an Observer that counts the
+// decisions refused by the overload bound.
+type OverloadObserver interface {
+	// Overloaded reports decisions refused (n of them) for reason
+	// "queue_full" or "queue_wait", answered as the overload mode says:
+	// "backpressure" or "failure_policy".
+	Overloaded(reason, mode string, n int)
+}
+
+// queueGauge counts the requests waiting for a store call, across the
+// bounds of successive configurations.
+type queueGauge struct{ n atomic.Int64 }
+
+func (g *queueGauge) add(d int) { g.n.Add(int64(d)) }
+
+// gate bounds the store calls in flight when batching is off: a call takes
+// a slot, or waits for one in a queue of at most maxQueue calls, for at
+// most wait. The failure policy's timeout starts once a slot is taken.
+type gate struct {
+	slots    chan struct{}
+	maxQueue int64
+	wait     time.Duration
+	queued   atomic.Int64
+	gauge    *queueGauge
+}
+
+func newGate(maxInflight, maxQueue int, wait time.Duration, g *queueGauge) *gate {
+	return &gate{slots: make(chan struct{}, maxInflight), maxQueue: int64(maxQueue), wait: wait, gauge: g}
+}
+
+// acquire takes a slot for n requests: nil, errQueueFull, errQueueWait,
+// or ctx's error when the caller left first. A nil error must be followed
+// by release.
+func (g *gate) acquire(ctx context.Context, n int) error {
+	select {
+	case g.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	if q := g.queued.Add(int64(n)); q > g.maxQueue && q != int64(n) {
+		g.queued.Add(-int64(n))
+		return errQueueFull
+	}
+	g.gauge.add(n)
+	defer func() {
+		g.queued.Add(-int64(n))
+		g.gauge.add(-n)
+	}()
+	t := time.NewTimer(g.wait)
+	defer t.Stop()
+	select {
+	case g.slots <- struct{}{}:
+		return nil
+	case <-t.C:
+		return errQueueWait
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gate) release() { <-g.slots }

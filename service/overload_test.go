@@ -1,0 +1,457 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/internal/redistest"
+	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/storekit"
+)
+
+// overloadRecorder is a recorder that counts the decisions the overload
+// bound refused too.
+type overloadRecorder struct {
+	recorder
+	overloaded atomic.Int64
+	byReason   sync.Map // reason -> *atomic.Int64
+}
+
+func (r *overloadRecorder) Overloaded(reason, mode string, n int) {
+	r.overloaded.Add(int64(n))
+	v, _ := r.byReason.LoadOrStore(reason+"/"+mode, new(atomic.Int64))
+	v.(*atomic.Int64).Add(int64(n))
+}
+
+func (r *overloadRecorder) reason(key string) int64 {
+	if v, ok := r.byReason.Load(key); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// TestOverloadStalledStore: a redis-server behind a proxy that stalls, as
+// a saturated Redis does.
+//
+// First, with nothing timing out (store.timeout and queue_wait of a
+// minute): the bound full (2 calls in flight, 8 decisions queued), further
+// decisions are refused at once with ErrOverloaded; once the proxy
+// resumes, the store decides every one it was sent, and none is degraded.
+//
+// Then, with a short store.timeout and queue_wait, many callers at once
+// against the stalled store: each returns within queue_wait +
+// store.timeout (give or take a generous margin: liveness, not speed),
+// with ErrOverloaded or a fail-open answer, and every fail-open answer is
+// a store call that was sent and timed out: none comes from queueing.
+func TestOverloadStalledStore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	for _, batched := range []bool{false, true} {
+		t.Run(batchedName(batched), func(t *testing.T) {
+			t.Parallel()
+			proxy := redistest.StartProxy(t, srv.Addr)
+			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 16})
+			t.Cleanup(func() { c.Close() })
+			// Two calls in flight fill the bound: without batching, a
+			// bound of 2 calls; with it, 2 batches (a quarter of 8
+			// decisions).
+			const (
+				inflight = 2
+				maxQueue = 8
+				margin   = 10 * time.Second // a loaded machine: liveness only
+			)
+			maxInflight := map[bool]int{false: inflight, true: 4 * inflight}[batched]
+			config := func(storeTimeout, queueWait time.Duration) string {
+				return fmt.Sprintf(`
+policies: {fw: "fixed_window 1000000/1h"}
+store: {timeout: %s, batching: %t}
+failure: {mode: open, breaker: {disabled: true}}
+overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
+`, storeTimeout, batched, maxInflight, maxQueue, queueWait)
+			}
+			st, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("ov%d", time.Now().UnixNano())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			rec := &overloadRecorder{}
+			svc, err := service.New(mustParse(t, config(time.Minute, time.Minute)), service.Options{Store: st, Logger: quiet, Observer: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := one(t, svc, "fw", "warm"); d.Degraded {
+				t.Fatalf("before the stall: %v", d)
+			}
+
+			type answer struct {
+				d    floodgate.Decision
+				err  error
+				took time.Duration
+			}
+			call := func(wg *sync.WaitGroup, out *answer) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					start := time.Now()
+					v, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
+					out.took, out.err = time.Since(start), err
+					if err == nil {
+						out.d = v.Items[0].Decision
+					}
+				}()
+			}
+
+			// Phase 1: the bound full, nothing times out.
+			base := rec.snapshot()
+			proxy.Stall()
+			var held, refusedWG sync.WaitGroup
+			sent := make([]answer, inflight)
+			for i := range sent {
+				call(&held, &sent[i])
+				waitFor(t, "a call in flight", func() bool {
+					in, q := service.Bound(svc)
+					return in == i+1 && q == 0
+				})
+			}
+			queued := make([]answer, maxQueue)
+			for i := range queued {
+				call(&held, &queued[i])
+			}
+			waitFor(t, "the queue full", func() bool {
+				_, q := service.Bound(svc)
+				return q == maxQueue
+			})
+			refused := make([]answer, 8)
+			for i := range refused {
+				call(&refusedWG, &refused[i])
+			}
+			refusedWG.Wait()
+			proxy.Resume()
+			held.Wait()
+			for i, a := range refused {
+				if !errors.Is(a.err, service.ErrOverloaded) || a.took > margin {
+					t.Errorf("refused %d: %v, %v after %s; want ErrOverloaded at once", i, a.d, a.err, a.took)
+				}
+			}
+			for i, a := range append(sent, queued...) {
+				if a.err != nil || a.d.Degraded {
+					t.Errorf("sent or queued %d: %v, %v; want the store's decision once resumed", i, a.d, a.err)
+				}
+			}
+			got := rec.snapshot()
+			if d := got.degraded - base.degraded; d != 0 {
+				t.Errorf("phase 1: %d degraded answers; want none", d)
+			}
+			if f := rec.reason("queue_full/backpressure"); f != int64(len(refused)) {
+				t.Errorf("phase 1: %d refused as queue_full counted; want %d", f, len(refused))
+			}
+			if n := svc.Queued(); n != 0 {
+				t.Errorf("Queued() = %d after every caller returned; want 0", n)
+			}
+
+			// Phase 2: short timeouts, many callers at once.
+			const storeTimeout, queueWait = 300 * time.Millisecond, 100 * time.Millisecond
+			if err := svc.Reload(mustParse(t, config(storeTimeout, queueWait))); err != nil {
+				t.Fatal(err)
+			}
+			base, baseOver := rec.snapshot(), rec.overloaded.Load()
+			proxy.Stall()
+			var all sync.WaitGroup
+			many := make([]answer, inflight+maxQueue+16)
+			for i := range many {
+				call(&all, &many[i])
+			}
+			all.Wait()
+			proxy.Resume()
+			bound := queueWait + storeTimeout + margin
+			var overloaded int64
+			var degraded int
+			for i, a := range many {
+				switch {
+				case a.took > bound:
+					t.Errorf("caller %d: returned after %s; want within %s", i, a.took, bound)
+				case errors.Is(a.err, service.ErrOverloaded):
+					overloaded++
+				case a.err == nil && a.d.Degraded && a.d.Allowed:
+					degraded++
+				default:
+					t.Errorf("caller %d: %v, %v; want ErrOverloaded or a fail-open answer of a timed-out call", i, a.d, a.err)
+				}
+			}
+			got = rec.snapshot()
+			if d, e := got.degraded-base.degraded, got.storeErrors-base.storeErrors; d != degraded || d != e {
+				t.Errorf("phase 2: %d degraded answers seen, %d counted, %d failed store calls; want all equal: only a call sent to the store may end degraded", degraded, d, e)
+			}
+			if o := rec.overloaded.Load() - baseOver; o != overloaded {
+				t.Errorf("phase 2: %d ErrOverloaded answers, %d counted", overloaded, o)
+			}
+			if n := svc.Queued(); n != 0 {
+				t.Errorf("Queued() = %d after every caller returned; want 0", n)
+			}
+			t.Logf("phase 2: %d callers: %d refused (backpressure), %d fail-open after a store timeout", len(many), overloaded, degraded)
+
+			// Resumed: the store decides again (the timed-out connections
+			// are replaced).
+			waitFor(t, "a decision by the store after Resume", func() bool {
+				v, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "after"}})
+				return err == nil && !v.Items[0].Decision.Degraded
+			})
+		})
+	}
+}
+
+// TestOverloadFailurePolicyMode: overload mode failure_policy answers a
+// refused decision as the failure mode does (here closed: denied,
+// degraded, Retry-After), never with ErrOverloaded.
+func TestOverloadFailurePolicyMode(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 2})
+	t.Cleanup(func() { c.Close() })
+	const cfg = `
+policies: {fw: "fixed_window 1000000/1h"}
+store: {timeout: 1m, batching: false}
+failure: {mode: closed, retry_after: 2s, breaker: {disabled: true}}
+overload: {mode: failure_policy, max_inflight: 1, max_queue: 1, queue_wait: 100ms}
+`
+	st, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rec := &overloadRecorder{}
+	svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Stall()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
+	}()
+	waitFor(t, "a call in flight", func() bool { in, _ := service.Bound(svc); return in == 1 })
+	var wg sync.WaitGroup
+	res := make([]service.Verdict, 2)
+	errs := make([]error, 2)
+	for i := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i], errs[i] = svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
+		}()
+	}
+	wg.Wait()
+	for i := range res {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v; want the failure policy's answer", i, errs[i])
+		}
+		if d := res[i].Items[0].Decision; d.Allowed || !d.Degraded || d.RetryAfter != 2*time.Second {
+			t.Errorf("caller %d: %v; want denied, degraded, retry after 2s (failure mode closed)", i, d)
+		}
+	}
+	if n := rec.overloaded.Load(); n != 2 {
+		t.Errorf("%d refused decisions counted; want 2", n)
+	}
+	proxy.Resume()
+	<-done
+}
+
+// peakStore is a store that records the most calls it had in flight at
+// once.
+type peakStore struct {
+	*redisstore.Store
+	cur, peak atomic.Int64 // decisions in flight
+}
+
+func (s *peakStore) enter(n int64) {
+	n = s.cur.Add(n)
+	for {
+		p := s.peak.Load()
+		if n <= p || s.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+func (s *peakStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	s.enter(1)
+	defer s.cur.Add(-1)
+	return s.Store.Take(ctx, req)
+}
+
+func (s *peakStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	s.enter(int64(len(reqs)))
+	defer s.cur.Add(-int64(len(reqs)))
+	s.Store.TakeBatch(ctx, reqs, out)
+}
+
+// TestOverloadHealthyExact: a healthy store and far more callers (256)
+// than the bound (4 decisions in flight): every decision is the store's —
+// none degraded, none refused — the decisions in flight at the store never
+// exceed the bound, batched or not,
+// and a fixed window admits exactly its limit. The queue is deep and its
+// wait generous, so that nothing here depends on the machine's speed.
+func TestOverloadHealthyExact(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	for _, batched := range []bool{false, true} {
+		t.Run(batchedName(batched), func(t *testing.T) {
+			t.Parallel()
+			const (
+				callers, each = 256, 8
+				limit         = 300
+				bound         = 4
+			)
+			cfg := fmt.Sprintf(`
+policies: {fw: "fixed_window %d/1h"}
+store: {timeout: 1m, batching: %t}
+overload: {max_inflight: %d, max_queue: 100000, queue_wait: 1m}
+`, limit, batched, bound)
+			rs, err := redisstore.New(redisClient(t, srv), redisstore.WithPrefix(fmt.Sprintf("ovx%d", time.Now().UnixNano())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rs.Close() })
+			st := &peakStore{Store: rs}
+			rec := &overloadRecorder{}
+			svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var admitted, denied, degraded, failed atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					for range each {
+						v, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "hot"}})
+						switch {
+						case err != nil:
+							failed.Add(1)
+						case v.Items[0].Decision.Degraded:
+							degraded.Add(1)
+						case v.Allowed:
+							admitted.Add(1)
+						default:
+							denied.Add(1)
+						}
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if failed.Load() != 0 || degraded.Load() != 0 || rec.overloaded.Load() != 0 {
+				t.Errorf("%d errors, %d degraded, %d refused by the bound; want none", failed.Load(), degraded.Load(), rec.overloaded.Load())
+			}
+			if admitted.Load() != limit || denied.Load() != callers*each-limit {
+				t.Errorf("admitted %d, denied %d; want exactly %d and %d", admitted.Load(), denied.Load(), limit, callers*each-limit)
+			}
+			if p := st.peak.Load(); p > bound {
+				t.Errorf("%d decisions in flight at the store at once; want at most %d", p, bound)
+			}
+		})
+	}
+}
+
+// heldStore is a memory store whose decisions wait while hold is set; as
+// a BatchStore (batch) it makes the service batch.
+type heldStore struct {
+	floodgate.Store
+	hold    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *heldStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	if s.hold.Load() {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.Store.Take(ctx, req)
+}
+
+type heldBatchStore struct{ *heldStore }
+
+func (s heldBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	for i := range reqs {
+		d, err := s.Take(ctx, reqs[i])
+		out[i] = storekit.Outcome{Decision: d, Err: err}
+	}
+}
+
+// TestOverloadCallerLeavesQueue: a caller whose context ends while its
+// decision waits in the queue gets its context's error — not a degraded
+// decision, not ErrOverloaded — and its request is never sent; the queue
+// is empty again. Batched and not.
+func TestOverloadCallerLeavesQueue(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(batchedName(batched), func(t *testing.T) {
+			m := newMem(t, storekit.SystemClock{})
+			held := &heldStore{Store: m, entered: make(chan struct{}), release: make(chan struct{})}
+			var st floodgate.Store = held
+			if batched {
+				st = heldBatchStore{held}
+			}
+			cfg := fmt.Sprintf(`
+policies: {fw: "fixed_window 10/1h"}
+store: {batching: %t}
+overload: {max_inflight: 1, max_queue: 4, queue_wait: 1m}
+`, batched)
+			rec := &overloadRecorder{}
+			svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := service.BatcherQueued(svc) >= 0; got != batched {
+				t.Fatalf("batching %t, want %t", got, batched)
+			}
+			held.hold.Store(true)
+			first := make(chan error, 1)
+			go func() {
+				_, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
+				first <- err
+			}()
+			<-held.entered
+			held.hold.Store(false)
+			cctx, cancel := context.WithCancel(context.Background())
+			second := make(chan error, 1)
+			go func() {
+				_, err := svc.Check(cctx, []service.Item{{Policy: "fw", Key: "k"}})
+				second <- err
+			}()
+			waitFor(t, "the second caller queued", func() bool { _, q := service.Bound(svc); return q == 1 })
+			cancel()
+			if err := <-second; !errors.Is(err, context.Canceled) || errors.Is(err, service.ErrOverloaded) {
+				t.Errorf("a caller that left the queue: %v; want context.Canceled", err)
+			}
+			if _, q := service.Bound(svc); q != 0 {
+				t.Errorf("%d queued after the caller left; want 0", q)
+			}
+			close(held.release)
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			d := one(t, svc, "fw", "k")
+			if d.Degraded || d.Remaining != 8 {
+				t.Errorf("after: %v; want the store's decision, remaining 8: the canceled request was never sent", d)
+			}
+			if c := rec.snapshot(); c.degraded != 0 || rec.overloaded.Load() != 0 {
+				t.Errorf("%d degraded, %d refused by the bound; want none", c.degraded, rec.overloaded.Load())
+			}
+		})
+	}
+}

@@ -47,6 +47,7 @@ type Config struct {
 	Failure Failure
 	Admin   Admin
 	Clients Clients
+	Budgets Budgets
 	Bounds  RequestBounds // the "limits" section: bounds on requests to the service
 	Listen  Listen
 	Envoy   Envoy
@@ -506,6 +507,9 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 	}
 	if f, ok := fs["clients"]; ok {
 		r.clients(f.value, &cfg.Clients)
+	}
+	if f, ok := fs["budgets"]; ok {
+		r.budgets(f.value, &cfg.Budgets)
 	}
 	if f, ok := fs["limits"]; ok {
 		r.limits(f.value, &cfg.Bounds)

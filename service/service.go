@@ -101,6 +101,8 @@ type Service struct {
 	cache *overLimitCache
 
 	interned *storekit.Interner // every policy compiled lately, by identity
+
+	settled settledSet // reservation tokens settled here (token.go)
 }
 
 // state is one compiled configuration; reloads swap it whole.
@@ -109,6 +111,7 @@ type state struct {
 	policies map[string]*floodgate.Policy // named policies
 	names    []string                     // their names, sorted
 	batch    *batcher                     // nil without batching
+	tokenKey []byte                       // signs reservation tokens (token.go)
 }
 
 // New returns a Service for cfg (as config.Load returns it).
@@ -140,7 +143,13 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	s.guarded = g
 	s.cache = newOverLimitCache(100_000)
 	s.interned = storekit.NewInterner(0)
-	s.state.Store(s.compile(cfg))
+	key, err := tokenKey(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("service: New: %w", err)
+	}
+	st := s.compile(cfg)
+	st.tokenKey = key
+	s.state.Store(st)
 	s.obs.FailureMode(cfg.Failure.Mode.String())
 	return s, nil
 }
@@ -173,12 +182,18 @@ func (s *Service) Reload(cfg *config.Config) error {
 		s.obs.Reload(false)
 		return errors.New("service: Reload: failure mode fallback needs Options.Fallback")
 	}
+	key, err := tokenKey(cfg)
+	if err != nil {
+		s.obs.Reload(false)
+		return fmt.Errorf("service: Reload: %w", err)
+	}
 	if err := s.guarded.Guard().SetPolicy(cfg.FailurePolicy(s.fallback)); err != nil {
 		s.obs.Reload(false)
 		return err
 	}
 	old := s.state.Load()
 	st := s.compile(cfg)
+	st.tokenKey = key
 	s.state.Store(st)
 	s.cache.clear()
 	s.obs.Reload(true)
@@ -203,6 +218,9 @@ type Item struct {
 	Policy string
 	Key    string
 	Cost   int64 // 0 means 1
+	// AtMost asks for a partial grant (CheckAtMost, CheckGroup): as many
+	// units as pass, at most Cost. Check and Peek ignore it.
+	AtMost bool
 }
 
 // ItemDecision is the decision of one Item, with the policy that made it.
@@ -225,7 +243,13 @@ type RequestError struct {
 	Code  string // machine-readable: unknown_policy, invalid_key, invalid_cost, too_many_items, no_items, unknown_domain, invalid_descriptor
 	Field string // the field at fault, such as requests[2].policy
 	Msg   string
+	// Err is the store's error behind it, if any (errors.Is sees
+	// storekit.ErrCrossSlot through it).
+	Err error
 }
+
+// Unwrap returns the store's error behind e, if any.
+func (e *RequestError) Unwrap() error { return e.Err }
 
 func (e *RequestError) Error() string {
 	if e.Field == "" {

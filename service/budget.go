@@ -251,3 +251,39 @@ var processTokenKey = func() []byte {
 	rand.Read(b)
 	return b
 }()
+
+// Refund gives back the cost of items (one item, or a group of several
+// with one cost) to each member's live state, newest first, never beyond
+// full, creating no state (SPEC.md's refund), and returns the decision a
+// peek of 1 gets after it. It is an admin action: whoever may refund may
+// give any key any budget. The error is a *RequestError for a bad request,
+// or one wrapping ErrNoBudgets when the store has no refunds.
+func (s *Service) Refund(ctx context.Context, items []Item) (GroupVerdict, error) {
+	st := s.state.Load()
+	if err := s.budgetsOK(); err != nil {
+		return GroupVerdict{}, err
+	}
+	for i := range items {
+		items[i].AtMost = false
+	}
+	reqs, err := s.requests(st, items, false, len(items) > 1)
+	if err != nil {
+		return GroupVerdict{}, err
+	}
+	if err := checkGroup(reqs); err != nil {
+		return GroupVerdict{}, err
+	}
+	req := group(reqs)
+	req.Refund = true
+	d, err := s.takeBudget(ctx, req)
+	if err == nil && d.Degraded {
+		err = fmt.Errorf("%w: the store failed; nothing is known to be given back", floodgate.ErrUnavailable)
+	}
+	if err != nil {
+		return GroupVerdict{}, err
+	}
+	for _, q := range reqs {
+		s.cache.drop(q.Policy, q.Key)
+	}
+	return groupVerdict(&req, d), nil
+}

@@ -125,6 +125,9 @@ func Run(t *testing.T, h Harness) {
 		})
 	}
 	t.Run("ProjectVectors", h.testProjectVectors)
+	t.Run("GroupConcurrency", h.testGroupConcurrency)
+	t.Run("ReserveContention", h.testReserveContention)
+	t.Run("BudgetInvalidRequests", h.testBudgetInvalid)
 	t.Run("PeekIsTheAddsDecision", h.testPeek)
 	t.Run("PeekCreatesNoState", h.testPeekCreatesNothing)
 	t.Run("ResetRestoresInitialState", h.testReset)

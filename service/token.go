@@ -231,7 +231,7 @@ func verify(key []byte, token string) (tokenBody, bool) {
 		return body, false
 	}
 	payload, mac := token[:dot], token[dot+1:]
-	got, err := base64.RawURLEncoding.DecodeString(mac)
+	got, err := base64.RawURLEncoding.Strict().DecodeString(mac)
 	if err != nil {
 		return body, false
 	}
@@ -240,7 +240,7 @@ func verify(key []byte, token string) (tokenBody, bool) {
 	if !hmac.Equal(got, m.Sum(nil)) {
 		return body, false
 	}
-	data, err := base64.RawURLEncoding.DecodeString(payload[len(tokenPrefix):])
+	data, err := base64.RawURLEncoding.Strict().DecodeString(payload[len(tokenPrefix):])
 	if err != nil || json.Unmarshal(data, &body) != nil {
 		return body, false
 	}

@@ -7,6 +7,9 @@ package httpapi
 // errors of the new fields.
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -30,6 +33,12 @@ func newBudgetAPI(t *testing.T, conf string, at time.Time) *testAPI {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	return newBudgetAPIOn(t, conf, store, clock)
+}
+
+// newBudgetAPIOn serves conf on store.
+func newBudgetAPIOn(t *testing.T, conf string, store floodgate.Store, clock *floodgatetest.ManualClock) *testAPI {
+	t.Helper()
 	cfg, err := config.Parse(config.Source{Name: "floodgate.yaml", Data: []byte(conf)})
 	if err != nil {
 		t.Fatal(err)
@@ -229,5 +238,183 @@ func TestProjectVectorsOverHTTP(t *testing.T) {
 	t.Logf("project vectors over HTTP: %d vectors, %d steps, %d mismatches", len(vs), steps, mismatches)
 	if steps < 200 {
 		t.Errorf("only %d steps replayed", steps)
+	}
+}
+
+const (
+	tokenKeyA  = "0123456789abcdef0123456789abcdef-a"
+	tokenKeyB  = "0123456789abcdef0123456789abcdef-b"
+	budgetConf = `
+admin:
+  allow_loopback: true
+budgets:
+  token_key: "` + tokenKeyA + `"
+policies:
+  llm: "fixed_window 100/1m"
+  tiny: "fixed_window 2/1m"
+  burst: "token_bucket 10/1s burst 10"
+`
+)
+
+// remaining returns the units llm's key k has left: a peek of 1's
+// remaining, and the one it would take.
+func remaining(t *testing.T, a *testAPI) int64 {
+	t.Helper()
+	return 1 + num(decisions(t, a.post(t, "/v1/peek", `{"policy":"llm","key":"k"}`))[0]["remaining"])
+}
+
+// TestReserveSettle: a reservation spends n and returns a token with
+// granted and RateLimit headers; a settle gives back n − used and answers
+// the peek after it; a second settle on the same process is refused (409
+// already_settled) and gives back nothing; a settle on another replica
+// with the same key is accepted and gives back at most n, never beyond
+// full (docs/budgets.md); a denied reservation has no token.
+func TestReserveSettle(t *testing.T) {
+	clock := floodgatetest.NewManualClock(t0)
+	store, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	a := newBudgetAPIOn(t, budgetConf, store, clock)
+	res := a.post(t, "/v1/reserve", `{"policy":"llm","key":"k","n":40}`)
+	d, _, granted := decisionOf(t, res)
+	tok, _ := res.body["token"].(string)
+	if res.status != 200 || !d.Allowed || d.Remaining != 60 || granted == nil || *granted != 40 || tok == "" {
+		t.Fatalf("reserve 40: %d %s", res.status, res.raw)
+	}
+	if h := res.header.Get("RateLimit"); !strings.Contains(h, "r=60") {
+		t.Errorf("reserve: RateLimit %q, want r=60", h)
+	}
+	if strings.Contains(tok, `"k"`) || !strings.HasPrefix(tok, "fgr1.") {
+		t.Errorf("token %q: want fgr1.<base64>.<mac>", tok)
+	}
+
+	settle := func(a *testAPI, tok string, used int64) answer {
+		data, _ := json.Marshal(map[string]any{"token": tok, "used": used})
+		return a.post(t, "/v1/settle", string(data))
+	}
+	if s := settle(a, tok, 41); s.status != 400 {
+		t.Errorf("settle used 41 of 40: %d %s", s.status, s.raw)
+	} else if code, field := errorOf(t, s); code != "invalid_used" || field != "used" || !strings.Contains(s.raw, "used 41") || !strings.Contains(s.raw, "0 to the reservation's n, 40") {
+		t.Errorf("settle used 41 of 40: %s", s.raw)
+	}
+	if s := settle(a, tok, -1); s.status != 400 {
+		t.Errorf("settle used -1: %d %s", s.status, s.raw)
+	}
+	if r := remaining(t, a); r != 60 {
+		t.Fatalf("after refused settles: remaining %d, want 60", r)
+	}
+	s := settle(a, tok, 10)
+	if d, _, _ := decisionOf(t, s); s.status != 200 || !d.Allowed || d.Remaining != 89 {
+		t.Fatalf("settle used 10 of 40: %d %s, want remaining 89 (90 left, a peek of 1 after)", s.status, s.raw)
+	}
+	if h := s.header.Get("RateLimit"); !strings.Contains(h, "r=89") {
+		t.Errorf("settle: RateLimit %q, want r=89", h)
+	}
+	// Spend 5 more, so that a second give-back would show.
+	a.post(t, "/v1/check", `{"policy":"llm","key":"k","cost":5}`)
+	if s := settle(a, tok, 10); s.status != 409 {
+		t.Errorf("second settle: %d %s, want 409", s.status, s.raw)
+	} else if code, field := errorOf(t, s); code != "already_settled" || field != "token" {
+		t.Errorf("second settle: %s", s.raw)
+	}
+	if r := remaining(t, a); r != 85 {
+		t.Errorf("after a refused second settle: remaining %d, want 85", r)
+	}
+
+	// Another replica with the same key (and store) accepts the token
+	// again: bounded by n, and never beyond full.
+	b := newBudgetAPIOn(t, budgetConf, store, clock)
+	if s := settle(b, tok, 10); s.status != 200 {
+		t.Fatalf("settle on another replica: %d %s", s.status, s.raw)
+	} else if d, _, _ := decisionOf(t, s); d.Remaining != 99 {
+		t.Errorf("settle on another replica: remaining %d, want 99 (100 left: 85 + 30, never beyond full)", d.Remaining)
+	}
+
+	// A denied reservation holds nothing: 429, no token.
+	a.post(t, "/v1/reserve", `{"policy":"tiny","key":"k","n":2}`)
+	if res := a.post(t, "/v1/reserve", `{"policy":"tiny","key":"k","n":1}`); res.status != 429 || res.body["token"] != nil || res.header.Get("Retry-After") == "" {
+		t.Errorf("denied reservation: %d %v %s", res.status, res.header, res.raw)
+	}
+}
+
+// TestTokenForgery: a token altered in any byte, truncated, signed with
+// another key, made up, or of a process without a configured key (which
+// draws its own) is refused as invalid_token, and gives nothing back.
+func TestTokenForgery(t *testing.T) {
+	a := newBudgetAPI(t, budgetConf, t0)
+	res := a.post(t, "/v1/reserve", `{"policy":"llm","key":"k","n":50}`)
+	tok, _ := res.body["token"].(string)
+	if tok == "" {
+		t.Fatalf("reserve: %s", res.raw)
+	}
+	other := newBudgetAPI(t, strings.Replace(budgetConf, tokenKeyA, tokenKeyB, 1), t0)
+	otherTok, _ := other.post(t, "/v1/reserve", `{"policy":"llm","key":"k","n":50}`).body["token"].(string)
+	noKey := newBudgetAPI(t, strings.Replace(budgetConf, "budgets:\n  token_key: \""+tokenKeyA+"\"\n", "", 1), t0)
+
+	// Every byte of the token altered, one at a time.
+	var forged []string
+	for i := range tok {
+		b := []byte(tok)
+		b[i] ^= 0x01
+		forged = append(forged, string(b))
+	}
+	forged = append(forged, tok[:len(tok)-1], tok+"A", "fgr1.e30.", "fgr1.", "x", otherTok,
+		// A body of one's own choosing with a MAC under a guessed key.
+		signedWith("guess", tok))
+	for _, f := range forged {
+		data, _ := json.Marshal(map[string]any{"token": f, "used": 0})
+		s := a.post(t, "/v1/settle", string(data))
+		if code, field := errorOf(t, s); s.status != 400 || code != "invalid_token" || field != "token" {
+			t.Fatalf("forged token %q: %d %s", f, s.status, s.raw)
+		}
+	}
+	data, _ := json.Marshal(map[string]any{"token": tok, "used": 0})
+	if s := noKey.post(t, "/v1/settle", string(data)); s.status != 400 {
+		t.Errorf("a token settled by a process with its own random key: %d %s", s.status, s.raw)
+	}
+	if r := remaining(t, a); r != 50 {
+		t.Errorf("after forged settles: remaining %d, want 50", r)
+	}
+	if s := a.post(t, "/v1/settle", string(data)); s.status != 200 {
+		t.Errorf("the genuine token after the forgeries: %d %s", s.status, s.raw)
+	}
+	if r := remaining(t, a); r != 100 {
+		t.Errorf("after the genuine settle of 0 used: remaining %d, want 100", r)
+	}
+}
+
+// signedWith re-signs tok's payload with key.
+func signedWith(key, tok string) string {
+	payload := tok[:strings.LastIndexByte(tok, '.')]
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write([]byte(payload))
+	return payload + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// TestSettleAfterReload: a token of a policy changed since (or removed)
+// is refused (409 policy_changed); one of an unchanged policy settles
+// across a reload.
+func TestSettleAfterReload(t *testing.T) {
+	a := newBudgetAPI(t, budgetConf, t0)
+	tok1, _ := a.post(t, "/v1/reserve", `{"policy":"llm","key":"k","n":50}`).body["token"].(string)
+	tok2, _ := a.post(t, "/v1/reserve", `{"policy":"burst","key":"k","n":5}`).body["token"].(string)
+	cfg, err := config.Parse(config.Source{Name: "floodgate.yaml", Data: []byte(strings.Replace(budgetConf, "100/1m", "200/1m", 1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.svc.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(map[string]any{"token": tok1, "used": 0})
+	if s := a.post(t, "/v1/settle", string(data)); s.status != 409 {
+		t.Errorf("settle of a changed policy: %d %s", s.status, s.raw)
+	} else if code, _ := errorOf(t, s); code != "policy_changed" {
+		t.Errorf("settle of a changed policy: %s", s.raw)
+	}
+	data, _ = json.Marshal(map[string]any{"token": tok2, "used": 1})
+	if s := a.post(t, "/v1/settle", string(data)); s.status != 200 {
+		t.Errorf("settle of an unchanged policy after a reload: %d %s", s.status, s.raw)
 	}
 }

@@ -7,6 +7,7 @@ package httpapi
 // errors of the new fields.
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -22,6 +23,7 @@ import (
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // newBudgetAPI serves conf on a memory store with a manual clock at t.
@@ -416,5 +418,134 @@ func TestSettleAfterReload(t *testing.T) {
 	data, _ = json.Marshal(map[string]any{"token": tok2, "used": 1})
 	if s := a.post(t, "/v1/settle", string(data)); s.status != 200 {
 		t.Errorf("settle of an unchanged policy after a reload: %d %s", s.status, s.raw)
+	}
+}
+
+// TestAtomicBatch: an atomic batch is spent on every item or none (a
+// later item denying leaves the earlier ones' quota), answers one
+// decision naming the binding member, and sets the headers of /v1/check;
+// at_most grants what passes, in granted.
+func TestAtomicBatch(t *testing.T) {
+	a := newBudgetAPI(t, budgetConf, t0)
+	a.post(t, "/v1/check", `{"policy":"tiny","key":"k","cost":2}`) // tiny is spent
+	res := a.post(t, "/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"k","cost":1},{"policy":"tiny","key":"k","cost":1}]}`)
+	d, member, _ := decisionOf(t, res)
+	if res.status != 429 || d.Allowed || member != 1 || res.body["atomic"] != true || res.header.Get("Retry-After") == "" ||
+		!strings.Contains(res.header.Get("RateLimit-Policy"), `"tiny"`) {
+		t.Fatalf("atomic batch with tiny spent: %d %v %s", res.status, res.header, res.raw)
+	}
+	if r := remaining(t, a); r != 100 {
+		t.Errorf("llm after a denied atomic batch: %d left, want 100 (nothing spent)", r)
+	}
+	// Without atomic, the same batch spends llm.
+	a.post(t, "/v1/check", `{"requests":[{"policy":"llm","key":"k","cost":1},{"policy":"tiny","key":"k","cost":1}]}`)
+	if r := remaining(t, a); r != 99 {
+		t.Errorf("llm after a denied plain batch: %d left, want 99", r)
+	}
+	res = a.post(t, "/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"k","cost":9},{"policy":"burst","key":"k","cost":9}]}`)
+	if d, member, _ := decisionOf(t, res); res.status != 200 || !d.Allowed || member != 1 || d.Remaining != 1 {
+		t.Errorf("atomic batch allowed: %d %s, want member 1 (burst, 1 left)", res.status, res.raw)
+	}
+	if r := remaining(t, a); r != 90 {
+		t.Errorf("llm after an allowed atomic batch of 9: %d left, want 90", r)
+	}
+
+	// at_most: one item, a plain batch, an atomic one.
+	res = a.post(t, "/v1/check", `{"policy":"burst","key":"k","cost":5,"at_most":true}`)
+	if d, _, g := decisionOf(t, res); res.status != 200 || !d.Allowed || g == nil || *g != 1 {
+		t.Errorf("at_most 5 with 1 left: %d %s, want granted 1", res.status, res.raw)
+	}
+	res = a.post(t, "/v1/check", `{"requests":[{"policy":"burst","key":"k","cost":5,"at_most":true},{"policy":"llm","key":"k","cost":3}]}`)
+	ds := decisions(t, res)
+	if res.status != 429 || ds[0]["granted"] != float64(0) || ds[0]["allowed"] != false || ds[1]["allowed"] != true || ds[1]["granted"] != nil {
+		t.Errorf("plain batch with at_most and none left: %d %s", res.status, res.raw)
+	}
+	a.clock.Advance(time.Second) // burst is full again
+	res = a.post(t, "/v1/check", `{"atomic":true,"requests":[{"policy":"burst","key":"k","cost":50,"at_most":true},{"policy":"llm","key":"k","cost":50,"at_most":true}]}`)
+	if d, member, g := decisionOf(t, res); res.status != 200 || !d.Allowed || g == nil || *g != 10 || member != 0 {
+		t.Errorf("atomic at_most 50: %d %s, want granted 10 bound by burst", res.status, res.raw)
+	}
+	if r := remaining(t, a); r != 77 {
+		t.Errorf("llm after the atomic grant of 10: %d left, want 77", r)
+	}
+}
+
+// TestBudgetErrors: each bad request names the field, the value and
+// what is allowed; a negative n or cost is an error, never a reset or a
+// refund.
+func TestBudgetErrors(t *testing.T) {
+	a := newBudgetAPI(t, budgetConf, t0)
+	for _, c := range []struct {
+		path, body  string
+		status      int
+		code, field string
+		says        string
+	}{
+		{"/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"k","cost":1},{"policy":"tiny","key":"k","cost":2}]}`, 400, "invalid_cost", "requests[1].cost", "cost 2: every request of an atomic batch has the group's cost, requests[0]'s 1"},
+		{"/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"k"},{"policy":"tiny","key":"k","at_most":true}]}`, 400, "invalid_request", "requests[1].at_most", "at_most true"},
+		{"/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"k"},{"policy":"llm","key":"k"}]}`, 400, "invalid_request", "requests[1]", "repeats requests[0]"},
+		{"/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"k"},{"policy":"nope","key":"k"}]}`, 404, "unknown_policy", "requests[1].policy", "no policy named"},
+		{"/v1/check", `{"policy":"llm","key":"k","cost":-5}`, 400, "invalid_cost", "cost", "cost -5: want an integer from 1"},
+		{"/v1/check", `{"policy":"llm","key":"k","cost":-5,"at_most":true}`, 400, "invalid_cost", "cost", "cost -5"},
+		{"/v1/check", `{"atomic":"yes","requests":[]}`, 400, "invalid_field", "atomic", "want true or false"},
+		{"/v1/reserve", `{"policy":"llm","key":"k"}`, 400, "missing_n", "n", "1 to 2^53-1"},
+		{"/v1/reserve", `{"policy":"llm","key":"k","n":-3}`, 400, "invalid_cost", "n", "n -3: want an integer from 1 to 2^53-1"},
+		{"/v1/reserve", `{"policy":"llm","key":"k","n":0}`, 400, "invalid_cost", "n", "n 0"},
+		{"/v1/reserve", `{"policy":"llm","key":"k","n":1,"cost":1}`, 400, "unknown_field", "cost", "unknown field"},
+		{"/v1/reserve", `{"requests":[{"policy":"llm","key":"k","cost":2}],"n":1}`, 400, "unknown_field", "requests[0].cost", "unknown field"},
+		{"/v1/reserve", `{"requests":[{"key":"k"}],"n":1}`, 400, "missing_policy", "requests[0].policy", "name the policy"},
+		{"/v1/reserve", `{"policy":"llm","key":"","n":1}`, 400, "invalid_key", "key", "empty key"},
+		{"/v1/settle", `{"used":1}`, 400, "missing_token", "token", "/v1/reserve"},
+		{"/v1/settle", `{"token":"x"}`, 400, "missing_used", "used", "0 to the reservation's n"},
+		{"/v1/settle", `{"token":"x","used":1}`, 400, "invalid_token", "token", "not a reservation token"},
+		{"/v1/refund", `{"policy":"llm","key":"k","n":-1}`, 400, "invalid_cost", "n", "n -1"},
+	} {
+		res := a.post(t, c.path, c.body)
+		code, field := errorOf(t, res)
+		if res.status != c.status || code != c.code || field != c.field || !strings.Contains(res.raw, c.says) {
+			t.Errorf("%s %s: %d %s, want %d %s at %s saying %q", c.path, c.body, res.status, res.raw, c.status, c.code, c.field, c.says)
+		}
+	}
+	if r := remaining(t, a); r != 100 {
+		t.Errorf("after the refused requests: %d left, want 100", r)
+	}
+}
+
+// crossSlotStore refuses groups of several keys as a Redis Cluster does
+// when they hash to different slots.
+type crossSlotStore struct{ *memstore.Store }
+
+func (s crossSlotStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	for _, m := range req.Group {
+		if m.Key != req.Key {
+			return floodgate.Decision{}, fmt.Errorf("redisstore: group of 2 keys in slots 1 and 2: %w", storekit.ErrCrossSlot)
+		}
+	}
+	return s.Store.Take(ctx, req)
+}
+
+// TestCrossSlot: a group a Cluster cannot decide in one slot is a 409
+// cross_slot that names the hash_tag option, and neither key; the failure
+// policy does not degrade it (nothing is decided).
+func TestCrossSlot(t *testing.T) {
+	clock := floodgatetest.NewManualClock(t0)
+	mem, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	a := newBudgetAPIOn(t, budgetConf, crossSlotStore{mem}, clock)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"user-secret-3"},{"policy":"tiny","key":"org-secret-7"}]}`},
+		{"/v1/reserve", `{"requests":[{"policy":"llm","key":"user-secret-3"},{"policy":"tiny","key":"org-secret-7"}],"n":1}`},
+	} {
+		res := a.post(t, c.path, c.body)
+		code, field := errorOf(t, res)
+		if res.status != 409 || code != "cross_slot" || field != "requests" || !strings.Contains(res.raw, "hash_tag") || strings.Contains(res.raw, "secret") {
+			t.Errorf("%s across slots: %d %s", c.path, res.status, res.raw)
+		}
+	}
+	if res := a.post(t, "/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"k"},{"policy":"tiny","key":"k"}]}`); res.status != 200 {
+		t.Errorf("one key's group: %d %s", res.status, res.raw)
 	}
 }

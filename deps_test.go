@@ -40,9 +40,10 @@ var fences = map[string]fence{
 	"floodgatetest": {own: []string{"", "storekit", "usage", "internal/algo"}},
 
 	// The failure policy, and the middleware (which never imports a
-	// store, the service or the failure policy: callers wrap their stores).
+	// store, the service or the failure policy: callers wrap their stores;
+	// it reads the store kit's group helpers for Config.Atomic).
 	"failure":             {own: []string{"", "storekit", "internal/throttle"}},
-	"httplimit":           {own: []string{"", "rlheader"}},
+	"httplimit":           {own: []string{"", "storekit", "rlheader"}},
 	"httplimit/luascript": {own: []string{"internal/throttle", "", "storekit", "rlheader", "failure", "httplimit"}, thirdParty: true},
 
 	// The service and what serves it.

@@ -67,6 +67,7 @@ var fences = map[string]fence{
 	"cmd/floodgate": {own: []string{"internal/tracing", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
 		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/cli", "internal/buildinfo", "internal/auth", "internal/certs", "internal/connlimit"}, thirdParty: true},
 	"examples/quickstart": {own: []string{"", "storekit", "usage", "internal/algo", "memstore"}},
+	"examples/llm-budget": {own: []string{"", "storekit", "usage", "internal/algo", "memstore", "redisstore", "rlheader"}, thirdParty: true},
 	"examples/api": {own: []string{"internal/throttle", "", "storekit", "usage", "internal/algo", "memstore", "redisstore", "failure", "rlheader", "httplimit"},
 		thirdParty: true},
 

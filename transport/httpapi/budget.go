@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/floodgatehq/floodgate/rlheader"
 	"github.com/floodgatehq/floodgate/service"
@@ -66,7 +68,27 @@ func groupResponse(v service.GroupVerdict, granted bool) budgetResponse {
 		g := v.Decision.Granted
 		out.Decision.Granted = &g
 	}
-	out.Headers = rateLimitHeaders([]service.ItemDecision{{Policy: v.Policy, Decision: v.Decision}})
+	out.Headers = groupHeaders(v)
+	return out
+}
+
+// groupHeaders returns the RateLimit fields of a group decision:
+// RateLimit-Policy lists every member's policy, RateLimit reports the
+// binding member (the others carry no numbers of their own).
+func groupHeaders(v service.GroupVerdict) map[string]string {
+	items := make([]rlheader.Item, len(v.Policies))
+	for i, p := range v.Policies {
+		items[i] = rlheader.Item{Policy: p, Unknown: true}
+	}
+	if v.Member >= 0 && v.Member < len(items) {
+		items[v.Member] = rlheader.Item{Policy: v.Policy, Decision: v.Decision}
+	}
+	h := http.Header{}
+	rlheader.Set(h, rlheader.IETF|rlheader.RetryAfter, time.Now(), rlheader.PolicyField(items), items)
+	out := make(map[string]string, len(h))
+	for k, vs := range h {
+		out[rlheader.Spelling(k)] = strings.Join(vs, ", ")
+	}
 	return out
 }
 

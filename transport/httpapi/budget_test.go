@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,6 +83,7 @@ func decisionOf(t *testing.T, a answer) (floodgate.Decision, int32, *int64) {
 		RetryAfter: time.Duration(num(dj["retry_after_us"])) * time.Microsecond,
 		ResetAfter: time.Duration(num(dj["reset_after_us"])) * time.Microsecond,
 		Binding:    int32(num(dj["binding"])),
+		Degraded:   dj["degraded"] == true,
 	}
 	if num(dj["retry_after_us"]) == -1 {
 		d.RetryAfter = floodgate.Never
@@ -431,7 +433,7 @@ func TestAtomicBatch(t *testing.T) {
 	res := a.post(t, "/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"k","cost":1},{"policy":"tiny","key":"k","cost":1}]}`)
 	d, member, _ := decisionOf(t, res)
 	if res.status != 429 || d.Allowed || member != 1 || res.body["atomic"] != true || res.header.Get("Retry-After") == "" ||
-		!strings.Contains(res.header.Get("RateLimit-Policy"), `"tiny"`) {
+		res.header.Get("RateLimit-Policy") != `"llm";q=100;w=60, "tiny";q=2;w=60` || !strings.HasPrefix(res.header.Get("RateLimit"), `"tiny";r=0;`) {
 		t.Fatalf("atomic batch with tiny spent: %d %v %s", res.status, res.header, res.raw)
 	}
 	if r := remaining(t, a); r != 100 {
@@ -547,5 +549,70 @@ func TestCrossSlot(t *testing.T) {
 	}
 	if res := a.post(t, "/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"k"},{"policy":"tiny","key":"k"}]}`); res.status != 200 {
 		t.Errorf("one key's group: %d %s", res.status, res.raw)
+	}
+}
+
+// TestSettleRace: 16 settles of one token at once, on one process: one
+// gives back, the others are refused.
+func TestSettleRace(t *testing.T) {
+	a := newBudgetAPI(t, budgetConf, t0)
+	tok, _ := a.post(t, "/v1/reserve", `{"policy":"llm","key":"k","n":60}`).body["token"].(string)
+	data, _ := json.Marshal(map[string]any{"token": tok, "used": 0})
+	codes := make(chan int, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- a.post(t, "/v1/settle", string(data)).status
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	n := map[int]int{}
+	for c := range codes {
+		n[c]++
+	}
+	if n[200] != 1 || n[409] != 15 {
+		t.Errorf("16 settles of one token: %v, want one 200 and 15 409", n)
+	}
+	if r := remaining(t, a); r != 100 {
+		t.Errorf("after the settles: %d left, want 100", r)
+	}
+}
+
+// downStore fails every call, as a Redis that is down.
+type downStore struct{ *memstore.Store }
+
+func (downStore) Take(context.Context, floodgate.Request) (floodgate.Decision, error) {
+	return floodgate.Decision{}, fmt.Errorf("%w: test store down", floodgate.ErrUnavailable)
+}
+
+// TestDegradedReservation: a reservation the failure mode made (open:
+// allowed, closed: denied with 503) has no token, and a settle or refund
+// the store cannot make is a 503, nothing known to be given back.
+func TestDegradedReservation(t *testing.T) {
+	a := newBudgetAPI(t, budgetConf, t0)
+	tok, _ := a.post(t, "/v1/reserve", `{"policy":"llm","key":"k","n":10}`).body["token"].(string)
+	clock := floodgatetest.NewManualClock(t0)
+	mem, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	for mode, want := range map[string]int{"open": 200, "closed": 503} {
+		conf := budgetConf + "failure:\n  mode: " + mode + "\n  breaker:\n    disabled: true\n"
+		down := newBudgetAPIOn(t, conf, downStore{mem}, clock)
+		res := down.post(t, "/v1/reserve", `{"policy":"llm","key":"k","n":10}`)
+		if d, _, _ := decisionOf(t, res); res.status != want || !d.Degraded || res.body["token"] != nil {
+			t.Errorf("failure mode %s: reserve %d %s, want %d, degraded, no token", mode, res.status, res.raw, want)
+		}
+		data, _ := json.Marshal(map[string]any{"token": tok, "used": 0})
+		if s := down.post(t, "/v1/settle", string(data)); s.status != 503 {
+			t.Errorf("failure mode %s: settle %d %s, want 503", mode, s.status, s.raw)
+		}
+		if s := down.post(t, "/v1/refund", `{"policy":"llm","key":"k","n":1}`); s.status != 503 {
+			t.Errorf("failure mode %s: refund %d %s, want 503", mode, s.status, s.raw)
+		}
 	}
 }

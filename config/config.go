@@ -47,13 +47,15 @@ type Config struct {
 	Failure Failure
 	Admin   Admin
 	Clients Clients
-	Budgets Budgets
 	Bounds  RequestBounds // the "limits" section: bounds on requests to the service
 	Listen  Listen
 	Envoy   Envoy
 
 	// Sources are the files the configuration was read from.
 	Sources []string
+
+	// Budgets is the "budgets" section: the key of reservation tokens.
+	Budgets Budgets
 }
 
 // Store says where limiter state lives.

@@ -96,13 +96,12 @@ type Service struct {
 	obs      Observer
 	log      *slog.Logger
 	clock    storekit.Clock
+	budget   budgetState // reservation tokens: the key, those settled here (token.go)
 
 	state atomic.Pointer[state]
 	cache *overLimitCache
 
 	interned *storekit.Interner // every policy compiled lately, by identity
-
-	settled settledSet // reservation tokens settled here (token.go)
 }
 
 // state is one compiled configuration; reloads swap it whole.
@@ -111,7 +110,6 @@ type state struct {
 	policies map[string]*floodgate.Policy // named policies
 	names    []string                     // their names, sorted
 	batch    *batcher                     // nil without batching
-	tokenKey []byte                       // signs reservation tokens (token.go)
 }
 
 // New returns a Service for cfg (as config.Load returns it).
@@ -123,6 +121,9 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 		return nil, errors.New("service: New: failure mode fallback needs Options.Fallback")
 	}
 	s := &Service{raw: o.Store, fallback: o.Fallback, obs: o.Observer, log: o.Logger, clock: o.Clock}
+	if err := s.budget.setKey(cfg); err != nil {
+		return nil, fmt.Errorf("service: New: %w", err)
+	}
 	if s.clock == nil {
 		s.clock = storekit.SystemClock{}
 	}
@@ -143,13 +144,7 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	s.guarded = g
 	s.cache = newOverLimitCache(100_000)
 	s.interned = storekit.NewInterner(0)
-	key, err := tokenKey(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("service: New: %w", err)
-	}
-	st := s.compile(cfg)
-	st.tokenKey = key
-	s.state.Store(st)
+	s.state.Store(s.compile(cfg))
 	s.obs.FailureMode(cfg.Failure.Mode.String())
 	return s, nil
 }
@@ -193,9 +188,9 @@ func (s *Service) Reload(cfg *config.Config) error {
 	}
 	old := s.state.Load()
 	st := s.compile(cfg)
-	st.tokenKey = key
 	s.state.Store(st)
 	s.cache.clear()
+	s.budget.key.Store(&key)
 	s.obs.Reload(true)
 	s.obs.FailureMode(cfg.Failure.Mode.String())
 	s.log.Debug("configuration swapped", "policies", len(st.policies), "domains", len(cfg.Domains), "previous_policies", len(old.policies))

@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/storekit"
 )
 
@@ -100,7 +102,7 @@ func (s *Service) Reserve(ctx context.Context, items []Item) (Reservation, error
 		body.Digests = append(body.Digests, policyDigest(q.Policy))
 		body.Keys = append(body.Keys, q.Key)
 	}
-	out.Token = sign(st.tokenKey, body)
+	out.Token = sign(*s.budget.key.Load(), body)
 	return out, nil
 }
 
@@ -136,7 +138,7 @@ func (s *Service) Settle(ctx context.Context, token string, used int64) (GroupVe
 	if err := s.budgetsOK(); err != nil {
 		return GroupVerdict{}, err
 	}
-	body, ok := verify(st.tokenKey, token)
+	body, ok := verify(*s.budget.key.Load(), token)
 	if !ok {
 		return GroupVerdict{}, &RequestError{Code: "invalid_token", Field: "token",
 			Msg: "not a reservation token of this service (altered, truncated, or signed with another budgets.token_key: a process without one draws its own at start)"}
@@ -154,7 +156,7 @@ func (s *Service) Settle(ctx context.Context, token string, used int64) (GroupVe
 		}
 		reqs[i] = floodgate.Request{Policy: p, Key: body.Keys[i], N: 1}
 	}
-	if !s.settled.mark(body.ID, body.Horizon, s.clock.Now().UnixMicro()) {
+	if !s.budget.settled.mark(body.ID, body.Horizon, s.clock.Now().UnixMicro()) {
 		return GroupVerdict{}, &RequestError{Code: "already_settled", Field: "token",
 			Msg: "this reservation was settled before; a reservation gives back once"}
 	}
@@ -173,7 +175,7 @@ func (s *Service) Settle(ctx context.Context, token string, used int64) (GroupVe
 		err = fmt.Errorf("%w: the store failed; nothing is known to be given back", floodgate.ErrUnavailable)
 	}
 	if err != nil {
-		s.settled.forget(body.ID) // may be retried
+		s.budget.settled.forget(body.ID) // may be retried
 		return GroupVerdict{}, err
 	}
 	for _, q := range reqs {
@@ -250,6 +252,23 @@ func verify(key []byte, token string) (tokenBody, bool) {
 		return body, false
 	}
 	return body, true
+}
+
+// budgetState is what the service keeps for reservation tokens: the key
+// that signs them (swapped by a reload) and the tokens settled here.
+type budgetState struct {
+	key     atomic.Pointer[[]byte]
+	settled settledSet
+}
+
+// setKey sets the key of cfg.
+func (b *budgetState) setKey(cfg *config.Config) error {
+	key, err := tokenKey(cfg)
+	if err != nil {
+		return err
+	}
+	b.key.Store(&key)
+	return nil
 }
 
 // settledMax is how many settled tokens a process remembers.

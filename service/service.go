@@ -121,9 +121,6 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 		return nil, errors.New("service: New: failure mode fallback needs Options.Fallback")
 	}
 	s := &Service{raw: o.Store, fallback: o.Fallback, obs: o.Observer, log: o.Logger, clock: o.Clock}
-	if err := s.budget.setKey(cfg); err != nil {
-		return nil, fmt.Errorf("service: New: %w", err)
-	}
 	if s.clock == nil {
 		s.clock = storekit.SystemClock{}
 	}
@@ -132,6 +129,9 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if err := s.budget.setKey(cfg); err != nil {
+		return nil, fmt.Errorf("service: New: %w", err)
 	}
 	opts := []failure.Option{failure.WithLogger(s.log), failure.WithClock(s.clock)}
 	if fo, ok := o.Observer.(failure.Observer); ok {

@@ -19,10 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/redisstore"
 	"github.com/floodgatehq/floodgate/service"
 	"github.com/floodgatehq/floodgate/storekit"
 )
@@ -112,7 +116,36 @@ func TestProjectVectorsOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newBudgetAPI(t, vectorConfig(vs), time.UnixMicro(floodgatetest.BaseMicros))
+	replayOverHTTP(t, newBudgetAPI(t, vectorConfig(vs), time.UnixMicro(floodgatetest.BaseMicros)), vs)
+}
+
+// TestProjectVectorsOverHTTPRedis is TestProjectVectorsOverHTTP on a Redis
+// store (a real redis-server, the replayed clock passed to the store), when
+// the Redis store implements budgets.
+func TestProjectVectorsOverHTTPRedis(t *testing.T) {
+	vs, err := floodgatetest.ProjectVectors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	store, err := redisstore.New(c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix("hv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if !storekit.HasBudgets(store) {
+		t.Skip("the Redis store does not implement budgets (storekit.BudgetStore) on this branch: nothing replayed")
+	}
+	replayOverHTTP(t, newBudgetAPIOn(t, vectorConfig(vs), store, clock), vs)
+}
+
+// replayOverHTTP replays vs through a's API, as TestProjectVectorsOverHTTP
+// says.
+func replayOverHTTP(t *testing.T, a *testAPI, vs []floodgatetest.ProjectVector) {
+	t.Helper()
 	steps, mismatches := 0, 0
 	for i, v := range vs {
 		name := func(j int) string { return "v" + strconv.Itoa(i) + "m" + strconv.Itoa(j) }
@@ -239,7 +272,7 @@ func TestProjectVectorsOverHTTP(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("project vectors over HTTP: %d vectors, %d steps, %d mismatches", len(vs), steps, mismatches)
+	t.Logf("project vectors over HTTP (%s): %d vectors, %d steps, %d mismatches", t.Name(), len(vs), steps, mismatches)
 	if steps < 200 {
 		t.Errorf("only %d steps replayed", steps)
 	}

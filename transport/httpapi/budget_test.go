@@ -8,6 +8,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -579,6 +580,11 @@ func TestCrossSlot(t *testing.T) {
 		if res.status != 409 || code != "cross_slot" || field != "requests" || !strings.Contains(res.raw, "hash_tag") || strings.Contains(res.raw, "secret") {
 			t.Errorf("%s across slots: %d %s", c.path, res.status, res.raw)
 		}
+	}
+	_, err = a.svc.CheckGroup(context.Background(), []service.Item{{Policy: "llm", Key: "a"}, {Policy: "tiny", Key: "b"}}, false)
+	var re *service.RequestError
+	if !errors.Is(err, storekit.ErrCrossSlot) || !errors.As(err, &re) || re.Code != "cross_slot" {
+		t.Errorf("CheckGroup across slots: %v, want a cross_slot RequestError wrapping storekit.ErrCrossSlot", err)
 	}
 	if res := a.post(t, "/v1/check", `{"atomic":true,"requests":[{"policy":"llm","key":"k"},{"policy":"tiny","key":"k"}]}`); res.status != 200 {
 		t.Errorf("one key's group: %d %s", res.status, res.raw)

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
@@ -93,6 +92,7 @@ func (s *Service) CheckAtMost(ctx context.Context, items []Item, peek bool) (Ver
 	}
 	res := Verdict{Allowed: true, Items: make([]ItemDecision, len(reqs))}
 	outs := make([]storekit.Outcome, len(reqs))
+	asked := s.clock.Now()
 	s.guarded.TakeBatch(ctx, reqs, outs)
 	for i := range reqs {
 		if err := budgetError(outs[i].Err, fmt.Sprintf("requests[%d]", i)); err != nil {
@@ -100,7 +100,7 @@ func (s *Service) CheckAtMost(ctx context.Context, items []Item, peek bool) (Ver
 		}
 	}
 	for i := range reqs {
-		d := s.settle(st, &reqs[i], outs[i].Decision, nil, time.Time{})
+		d := s.settle(st, &reqs[i], outs[i].Decision, nil, asked)
 		res.Items[i] = ItemDecision{Policy: reqs[i].Policy, Decision: d}
 		if !d.Allowed {
 			res.Allowed = false

@@ -655,3 +655,30 @@ func TestDegradedReservation(t *testing.T) {
 		}
 	}
 }
+
+// TestGiveBackClearsCache: a key whose fixed window is exhausted is
+// answered from the over-limit cache; a refund or a settle that gives
+// units back clears it, so the next check sees them.
+func TestGiveBackClearsCache(t *testing.T) {
+	a := newBudgetAPI(t, budgetConf+"store:\n  over_limit_cache: true\n", t0)
+	tok, _ := a.post(t, "/v1/reserve", `{"policy":"tiny","key":"k","n":2}`).body["token"].(string)
+	if res := a.post(t, "/v1/check", `{"policy":"tiny","key":"k"}`); res.status != 429 {
+		t.Fatalf("tiny exhausted: %d %s", res.status, res.raw)
+	}
+	if res := a.post(t, "/v1/refund", `{"policy":"tiny","key":"k","n":1}`); res.status != 200 {
+		t.Fatalf("refund: %d %s", res.status, res.raw)
+	}
+	if res := a.post(t, "/v1/check", `{"policy":"tiny","key":"k"}`); res.status != 200 {
+		t.Errorf("check after a refund of 1: %d %s, want 200", res.status, res.raw)
+	}
+	if res := a.post(t, "/v1/check", `{"policy":"tiny","key":"k"}`); res.status != 429 {
+		t.Fatalf("tiny exhausted again: %d %s", res.status, res.raw)
+	}
+	data, _ := json.Marshal(map[string]any{"token": tok, "used": 1})
+	if res := a.post(t, "/v1/settle", string(data)); res.status != 200 {
+		t.Fatalf("settle: %d %s", res.status, res.raw)
+	}
+	if res := a.post(t, "/v1/check", `{"policy":"tiny","key":"k"}`); res.status != 200 {
+		t.Errorf("check after a settle giving back 1: %d %s, want 200", res.status, res.raw)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/internal/auth"
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/redisstore"
@@ -680,5 +681,27 @@ func TestGiveBackClearsCache(t *testing.T) {
 	}
 	if res := a.post(t, "/v1/check", `{"policy":"tiny","key":"k"}`); res.status != 200 {
 		t.Errorf("check after a settle giving back 1: %d %s, want 200", res.status, res.raw)
+	}
+}
+
+// TestSettleAuth: with client authentication on, /v1/settle needs a
+// client's token before it reads the body, as /v1/check does.
+func TestSettleAuth(t *testing.T) {
+	clients := &auth.Clients{}
+	if err := clients.Load(tokensFile(t, "alice "+aliceToken+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	a := newAPIConf(t, testConfig, Options{Clients: clients})
+	res := a.do(t, call{method: "POST", path: "/v1/reserve", body: `{"policy":"api","key":"k","n":3}`, auth: "Bearer " + aliceToken})
+	tok, _ := res.body["token"].(string)
+	if res.status != 200 || tok == "" {
+		t.Fatalf("reserve with a client token: %d %s", res.status, res.raw)
+	}
+	data, _ := json.Marshal(map[string]any{"token": tok, "used": 1})
+	if res := a.do(t, call{method: "POST", path: "/v1/settle", body: string(data)}); res.status != 401 {
+		t.Errorf("settle without a token: %d %s", res.status, res.raw)
+	}
+	if res := a.do(t, call{method: "POST", path: "/v1/settle", body: string(data), auth: "Bearer " + aliceToken}); res.status != 200 {
+		t.Errorf("settle with a client token: %d %s", res.status, res.raw)
 	}
 }

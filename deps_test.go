@@ -40,9 +40,10 @@ var fences = map[string]fence{
 	"floodgatetest": {own: []string{"", "storekit", "usage", "internal/algo"}},
 
 	// The failure policy, and the middleware (which never imports a
-	// store, the service or the failure policy: callers wrap their stores).
+	// store, the service or the failure policy: callers wrap their stores;
+	// it reads the store kit's group helpers for Config.Atomic).
 	"failure":             {own: []string{"", "storekit", "internal/throttle"}},
-	"httplimit":           {own: []string{"", "rlheader"}},
+	"httplimit":           {own: []string{"", "storekit", "rlheader"}},
 	"httplimit/luascript": {own: []string{"internal/throttle", "", "storekit", "rlheader", "failure", "httplimit"}, thirdParty: true},
 
 	// The service and what serves it.
@@ -66,6 +67,7 @@ var fences = map[string]fence{
 	"cmd/floodgate": {own: []string{"internal/tracing", "internal/throttle", "", "storekit", "usage", "failure", "config", "rlheader", "service", "rls", "internal/algo",
 		"memstore", "redisstore", "internal/bench", "internal/telemetry", "transport/...", "internal/cli", "internal/buildinfo", "internal/auth", "internal/certs", "internal/connlimit"}, thirdParty: true},
 	"examples/quickstart": {own: []string{"", "storekit", "usage", "internal/algo", "memstore"}},
+	"examples/llm-budget": {own: []string{"", "storekit", "usage", "internal/algo", "memstore", "redisstore", "rlheader"}, thirdParty: true},
 	"examples/api": {own: []string{"internal/throttle", "", "storekit", "usage", "internal/algo", "memstore", "redisstore", "failure", "rlheader", "httplimit"},
 		thirdParty: true},
 

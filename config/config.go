@@ -54,6 +54,9 @@ type Config struct {
 
 	// Sources are the files the configuration was read from.
 	Sources []string
+
+	// Budgets is the "budgets" section: the key of reservation tokens.
+	Budgets Budgets
 }
 
 // Store says where limiter state lives.
@@ -578,6 +581,9 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 	}
 	if f, ok := fs["clients"]; ok {
 		r.clients(f.value, &cfg.Clients)
+	}
+	if f, ok := fs["budgets"]; ok {
+		r.budgets(f.value, &cfg.Budgets)
 	}
 	if f, ok := fs["limits"]; ok {
 		r.limits(f.value, &cfg.Bounds)

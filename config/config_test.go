@@ -82,7 +82,7 @@ policies:
   api: "gcra 10/1s"
 polices:
   web: "gcra 1/1s"
-`, []string{"f.yaml:3: polices: unknown field; allowed here: policies, store, failure, overload, admin, clients, limits, listen, envoy"}},
+`, []string{"f.yaml:3: polices: unknown field; allowed here: policies, store, failure, overload, admin, clients, budgets, limits, listen, envoy"}},
 		{"unknown policy field", `
 policies:
   p:
@@ -766,7 +766,7 @@ descriptors:
 		`b.yaml:5: failure.mode: want open, closed or fallback, found "sometimes"`,
 		`b.yaml:7: policies.api.rate: "10/1x": want a Go duration after the /, such as "1s" or "1m30s"`,
 		`b.yaml:10: admin.token: unusable token: 5 characters, want at least 16 (or no token)`,
-		`b.yaml:11: bogus: unknown field; allowed here: policies, store, failure, overload, admin, clients, limits, listen, envoy`,
+		`b.yaml:11: bogus: unknown field; allowed here: policies, store, failure, overload, admin, clients, budgets, limits, listen, envoy`,
 		`b.yaml:13: listen: tls_cert and tls_key go together: give both or neither`,
 		`e.yaml:1: not valid YAML: did not find expected ',' or ']'`,
 		`m.yaml:4: descriptors[0].rate_limit.unit: invalid rate limit unit "fortnight": want one of second, minute, hour, day, week, month, year (any case)`,

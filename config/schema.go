@@ -121,6 +121,12 @@ var schema = []setting{
 		{key: "tokens_file", doc: "lines \"NAME TOKEN\": a request must carry one as a bearer token (the name labels metrics); read again when it changes. Empty: no tokens (client certificates may still authenticate)",
 			value: func(c *Config) string { return quote(c.Clients.TokensFile) }},
 	}},
+	{key: "budgets", doc: "reservations over HTTP (/v1/reserve, /v1/settle): the key that signs their tokens", children: []setting{
+		{key: "token_key", doc: "HMAC-SHA-256 key of reservation tokens, 32+ bytes, the same on every replica; better: FLOODGATE_TOKEN_KEY or token_key_file. None: a random key per process (tokens do not survive a restart nor reach another replica)",
+			value: func(c *Config) string { return quote(c.Budgets.TokenKey) }},
+		{key: "token_key_file", doc: "a file holding the token key (instead of token_key), read at start and on reload",
+			value: func(c *Config) string { return quote(c.Budgets.TokenKeyFile) }},
+	}},
 	{key: "limits", doc: "bounds on requests and connections to the service (not rate limits)", children: []setting{
 		{key: "max_body_bytes", doc: "request bodies, HTTP and gRPC: 1024 to 1073741824",
 			value: func(c *Config) string { return strconv.FormatInt(c.Bounds.MaxBodyBytes, 10) }},

@@ -114,10 +114,15 @@ func (g *Guard) forget(now int64) {
 
 // requestError reports whether err is the request's fault (or the
 // caller's), not the store's: it is returned as it is, never degraded, and
-// never counted against the breaker.
+// never counted against the breaker. A group the store cannot decide in
+// one step (storekit.ErrCrossSlot), a malformed group or budget operation
+// (storekit.ErrInvalidRequest) and one the store does not implement
+// (errors.ErrUnsupported) are the request's.
 func requestError(err error) bool {
 	return errors.Is(err, floodgate.ErrInvalidPolicy) || errors.Is(err, floodgate.ErrInvalidKey) ||
-		errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrClosed)
+		errors.Is(err, floodgate.ErrInvalidCost) || errors.Is(err, floodgate.ErrClosed) ||
+		errors.Is(err, storekit.ErrCrossSlot) || errors.Is(err, storekit.ErrInvalidRequest) ||
+		errors.Is(err, errors.ErrUnsupported)
 }
 
 // Do decides by call under the policy: call gets a context bounded by the

@@ -42,7 +42,11 @@
 // Rules are decided in order, each consuming from its policy, until one
 // denies; the rest are only peeked. The response reports the binding rule
 // (see Binding): the denying one with the longest wait, else the one with
-// the least remaining.
+// the least remaining. With Config.Atomic (and Config.Store, the rules'
+// store) every rule is decided in one atomic step instead: a request
+// denied by any rule spends nothing on the others. On a Redis Cluster the
+// keys must share a slot for that (Policy.HashTag and one {tag} at the
+// start of each key); where they do not, the rules are decided in turn.
 //
 // # Failures
 //

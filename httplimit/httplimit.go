@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/rlheader"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // ErrInvalidConfig is wrapped by the errors of New and ClientIP for a
@@ -49,7 +51,27 @@ type Config struct {
 	// put the rule most likely to deny first. The alternative, peeking
 	// every rule before adding to any, takes two round trips per rule
 	// and still consumes partially when another request gets in between.
+	// Atomic decides them all in one step instead.
 	Rules []Rule
+
+	// Atomic decides every rule in one atomic step through Store (SPEC.md,
+	// "Atomic groups"): a request passes only if every rule admits it, and
+	// is spent on every rule or none, so that a later rule denying no
+	// longer spends the earlier rules' quota. Each rule's member is its
+	// Limiter's policy (Limiter.Policy: the first, for a Limiter over
+	// several) and its key; two rules must not give one policy the same
+	// key. The response reports the binding rule with the group's numbers;
+	// the other rules' RuleDecisions carry the group's Allowed and
+	// Degraded only. Where a sharded store cannot decide the keys in one
+	// step (storekit.ErrCrossSlot: a Redis Cluster, keys in different
+	// slots; see Policy.HashTag) the rules are decided one after the other
+	// as without Atomic.
+	Atomic bool
+
+	// Store is the store of every rule's Limiter, required with Atomic:
+	// it must implement storekit.BudgetStore (memstore and redisstore do,
+	// and package failure's wrapper forwards it).
+	Store floodgate.Store
 
 	// Headers selects the response header fields; the zero value means
 	// rlheader.Default (RateLimit-Policy, RateLimit and Retry-After).
@@ -137,6 +159,7 @@ type middleware struct {
 	shadow     bool
 	onDecision func(*http.Request, []RuleDecision)
 	now        func() time.Time
+	atomic     floodgate.Store // Config.Store with Atomic, else nil
 }
 
 // New returns the middleware of c: a function that wraps a handler so
@@ -193,6 +216,17 @@ func newMiddleware(c Config) (*middleware, error) {
 		p := r.Limiter.Policy()
 		m.rules = append(m.rules, rule{lim: r.Limiter, key: r.Key, policy: &p})
 	}
+	if c.Atomic {
+		switch {
+		case c.Store == nil:
+			bad("Store", "nil", "the store of the rules' limiters, required with Atomic")
+		case !storekit.HasBudgets(c.Store):
+			bad("Store", fmt.Sprintf("%T", c.Store), "with Atomic, a store that implements storekit.BudgetStore (memstore, redisstore)")
+		case len(c.Rules) > storekit.MaxMembers:
+			bad("Rules", strconv.Itoa(len(c.Rules))+" rules", fmt.Sprintf("with Atomic, at most %d", storekit.MaxMembers))
+		}
+		m.atomic = c.Store
+	}
 	if why := c.Headers.Check(); why != "" {
 		bad("Headers", c.Headers.String(), why)
 	}
@@ -246,8 +280,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		results = append(results, res)
 	}
 
+	bind := -1 // with Atomic, the binding rule of a group decision
 	if !keyFailed || m.shadow {
-		m.decide(r.Context(), keys, results)
+		if m.atomic != nil {
+			bind = m.decideGroup(r.Context(), keys, results)
+		} else {
+			m.decide(r.Context(), keys, results)
+		}
 	}
 	closed, retry := false, time.Duration(0)
 	for i := range results {
@@ -259,7 +298,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			closed = true
 			retry = max(retry, res.Decision.RetryAfter)
 		}
-		items = append(items, res.item())
+		it := res.item()
+		if bind >= 0 && i != bind {
+			it.Unknown = true // the group's numbers are the binding rule's
+		}
+		items = append(items, it)
 	}
 
 	if m.onDecision != nil {
@@ -320,6 +363,61 @@ func wrapKeyError(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrKey, err)
+}
+
+// decideGroup fills results for the rules whose key was found with one
+// group decision (Config.Atomic), and returns the binding rule's index, or
+// -1 when there is none: no rule to decide, the store failed (every
+// member's Err is set), or the store cannot decide the keys in one step,
+// when they are decided one after the other (decide).
+func (m *middleware) decideGroup(ctx context.Context, keys []string, results []RuleDecision) int {
+	var buf [maxStackRules]int
+	idx := buf[:0]
+	for i := range results {
+		if results[i].Err != nil {
+			continue
+		}
+		if !utf8.ValidString(keys[i]) {
+			results[i].Err = keyError("the key is not valid UTF-8")
+			continue
+		}
+		idx = append(idx, i)
+	}
+	if len(idx) == 0 {
+		return -1
+	}
+	req := floodgate.Request{Policy: m.rules[idx[0]].policy, Key: keys[idx[0]], N: 1}
+	if len(idx) > 1 {
+		req.Group = make([]floodgate.Request, 0, len(idx)-1)
+		for _, i := range idx[1:] {
+			req.Group = append(req.Group, floodgate.Request{Policy: m.rules[i].policy, Key: keys[i]})
+		}
+	}
+	d, err := m.atomic.Take(ctx, req)
+	switch {
+	case errors.Is(err, storekit.ErrCrossSlot):
+		m.decide(ctx, keys, results)
+		return -1
+	case err != nil:
+		if errors.Is(err, floodgate.ErrInvalidKey) {
+			err = wrapKeyError(err)
+		}
+		for _, i := range idx {
+			results[i].Err = err
+		}
+		return -1
+	}
+	member, limit := storekit.SplitBinding(&req, d.Binding)
+	if member < 0 {
+		member, limit = 0, 0
+	}
+	for _, i := range idx {
+		results[i].Decision = floodgate.Decision{Allowed: d.Allowed, Degraded: d.Degraded}
+	}
+	b := idx[member]
+	d.Binding = limit
+	results[b].Decision = d
+	return b
 }
 
 // decide fills results for the rules whose key was found. Rules are added

@@ -106,6 +106,7 @@ type Service struct {
 	obs      Observer
 	log      *slog.Logger
 	clock    storekit.Clock
+	budget   budgetState // reservation tokens: the key, those settled here (token.go)
 
 	state atomic.Pointer[state]
 	cache *overLimitCache
@@ -155,6 +156,9 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if err := s.budget.setKey(cfg); err != nil {
+		return nil, fmt.Errorf("service: New: %w", err)
 	}
 	opts := []failure.Option{failure.WithLogger(s.log), failure.WithClock(s.clock)}
 	if fo, ok := o.Observer.(failure.Observer); ok {
@@ -227,6 +231,11 @@ func (s *Service) Reload(cfg *config.Config) error {
 		s.obs.Reload(false)
 		return errors.New("service: Reload: failure mode fallback needs Options.Fallback")
 	}
+	key, err := tokenKey(cfg)
+	if err != nil {
+		s.obs.Reload(false)
+		return fmt.Errorf("service: Reload: %w", err)
+	}
 	if err := s.guarded.Guard().SetPolicy(cfg.FailurePolicy(s.fallback)); err != nil {
 		s.obs.Reload(false)
 		return err
@@ -235,6 +244,7 @@ func (s *Service) Reload(cfg *config.Config) error {
 	st := s.compile(cfg, old)
 	s.state.Store(st)
 	s.cache.clear()
+	s.budget.key.Store(&key)
 	s.obs.Reload(true)
 	s.obs.FailureMode(cfg.Failure.Mode.String())
 	s.log.Debug("configuration swapped", "policies", len(st.policies), "domains", len(cfg.Domains), "previous_policies", len(old.policies))
@@ -257,6 +267,9 @@ type Item struct {
 	Policy string
 	Key    string
 	Cost   int64 // 0 means 1
+	// AtMost asks for a partial grant (CheckAtMost, CheckGroup): as many
+	// units as pass, at most Cost. Check and Peek ignore it.
+	AtMost bool
 }
 
 // ItemDecision is the decision of one Item, with the policy that made it.
@@ -279,7 +292,13 @@ type RequestError struct {
 	Code  string // machine-readable: unknown_policy, invalid_key, invalid_cost, too_many_items, no_items, unknown_domain, invalid_descriptor
 	Field string // the field at fault, such as requests[2].policy
 	Msg   string
+	// Err is the store's error behind it, if any (errors.Is sees
+	// storekit.ErrCrossSlot through it).
+	Err error
 }
+
+// Unwrap returns the store's error behind e, if any.
+func (e *RequestError) Unwrap() error { return e.Err }
 
 func (e *RequestError) Error() string {
 	if e.Field == "" {

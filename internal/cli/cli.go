@@ -30,6 +30,7 @@ const (
 	EnvRedisPassword = "FLOODGATE_REDIS_PASSWORD"
 	EnvAdminToken    = "FLOODGATE_ADMIN_TOKEN"
 	EnvKeySecret     = "FLOODGATE_KEY_SECRET"
+	EnvTokenKey      = "FLOODGATE_TOKEN_KEY"
 	EnvURL           = "FLOODGATE_URL"
 	EnvToken         = "FLOODGATE_TOKEN"
 	// EnvCalendarMonth is envoyproxy/ratelimit's variable of the same
@@ -55,11 +56,12 @@ var environment = []envVar{
 	{EnvRedisCluster, []string{"serve", "check"}, "the Redis Cluster store, as --redis-cluster"},
 	{EnvRedisSentinel, []string{"serve", "check"}, "the Redis store behind Sentinel, as --redis-sentinel"},
 	{EnvRedisPassword, []string{"serve", "check"}, "the password of a cluster, or of the master behind sentinels"},
-	{EnvAdminToken, []string{"serve", "check", "allow", "reset", "keys", "usage"}, "serve, check: the admin endpoints' bearer token (16+ characters; --admin-token-file wins); the others: the admin token to send"},
-	{EnvToken, []string{"allow", "peek"}, "the client token to send, for a service with clients.tokens_file (16+ characters)"},
+	{EnvAdminToken, []string{"serve", "check", "reset", "keys", "usage"}, "serve, check: the admin endpoints' bearer token (16+ characters; --admin-token-file wins); the others: the admin token to send"},
+	{EnvToken, []string{"allow", "peek", "reserve", "settle"}, "the client token to send, for a service with clients.tokens_file (16+ characters)"},
 	{EnvKeySecret, []string{"serve"}, "store an HMAC-SHA-256 of every key in Redis instead of the key (16+ bytes)"},
 	{EnvCalendarMonth, []string{"serve", "check"}, "envoyproxy/ratelimit's: true makes Envoy's month unit the UTC calendar month, false 30 days from the epoch; wins over envoy.calendar_month"},
-	{EnvURL, []string{"allow", "peek", "reset", "keys", "usage", "bench"}, "the service's HTTP address (default " + defaultURL + "; https:// for TLS)"},
+	{EnvTokenKey, []string{"serve"}, "the key that signs reservation tokens (budgets.token_key; 32+ bytes, the same on every replica)"},
+	{EnvURL, []string{"allow", "peek", "reserve", "settle", "reset", "keys", "usage", "bench"}, "the service's HTTP address (default " + defaultURL + "; https:// for TLS)"},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_*", []string{"serve"}, "export traces over OTLP/gRPC (OpenTelemetry's standard variables; off without them)"},
 }
 
@@ -76,7 +78,7 @@ func envOf(cmd string) []envVar {
 
 // Main runs the command line of args (without the program name) and
 // returns the exit status: 0 success, 1 error, 2 usage error, 3 a
-// request denied (allow, peek).
+// request denied (allow, peek, reserve).
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -100,6 +102,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		return e.decide(args[0], args[1:])
 	case "reset":
 		return e.reset(args[1:])
+	case "reserve":
+		return e.reserve(args[1:])
+	case "settle":
+		return e.settle(args[1:])
 	case "keys":
 		return e.keys(args[1:])
 	case "usage":
@@ -130,6 +136,8 @@ Usage:
   floodgate check   [--config PATH]     validate a configuration and list its policies
   floodgate allow   [flags] POLICY KEY  ask a running service to decide a request
   floodgate peek    [flags] POLICY KEY  the same, recording nothing
+  floodgate reserve [flags] POLICY KEY N  reserve N units; prints the token to settle with
+  floodgate settle  [flags] TOKEN USED  give back a reservation's units beyond USED
   floodgate reset   [flags] POLICY KEY  forget a key's state (admin)
   floodgate keys    [flags] POLICY      list a tracked policy's keys, top or page by page (admin)
   floodgate usage   [flags] POLICY KEY  a key's usage series: a table and a sparkline (admin)

@@ -251,20 +251,41 @@ func TestClientCommands(t *testing.T) {
 		t.Errorf("allow after reset: exit %d, want 0", code)
 	}
 
-	// The seeds' event counts, where the CLI emulates them: --cost 0 peeks
-	// (alice's one request stays one), a negative --cost resets first
-	// (an admin action).
+	// The seeds' event count of 0, where the CLI emulates it: --cost 0
+	// peeks (alice's one request stays one). A negative --cost is an
+	// error, never a reset nor a refund.
 	if code, out, _ := run(t, env, "allow", "--cost", "0", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
 		t.Errorf("allow --cost 0 (a peek of 1 with one of 2 used): exit %d, %q", code, out)
 	}
 	if code, out, _ := run(t, env, "allow", "--cost", "0", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
 		t.Errorf("allow --cost 0 again (still a peek): exit %d, %q", code, out)
 	}
-	if code, _, errOut := run(t, env, "allow", "--cost", "-1", "two", "alice"); code != 1 || !strings.Contains(errOut, "HTTP 401") {
-		t.Errorf("allow --cost -1 without the admin token: exit %d, %q", code, errOut)
+	for _, e := range []map[string]string{env, admin} {
+		if code, _, errOut := run(t, e, "allow", "--cost", "-1", "two", "alice"); code != 1 || !strings.Contains(errOut, "--cost -1: a negative cost is never a reset nor a refund") {
+			t.Errorf("allow --cost -1: exit %d, %q", code, errOut)
+		}
 	}
-	if code, out, _ := run(t, admin, "allow", "--cost", "-1", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=1") {
-		t.Errorf("allow --cost -1 (reset, then a peek of 1): exit %d, %q", code, out)
+	if code, out, _ := run(t, env, "peek", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
+		t.Errorf("peek after allow --cost -1 (nothing reset): exit %d, %q", code, out)
+	}
+
+	// reserve and settle: the token printed settles once.
+	code, out, errOut = run(t, env, "reserve", "two", "carol", "2")
+	m := regexp.MustCompile(`(?m)^token: (\S+)$`).FindStringSubmatch(out)
+	if code != 0 || m == nil || !strings.Contains(out, "granted=2") || !strings.Contains(out, "remaining=0") {
+		t.Fatalf("reserve 2: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, _ := run(t, env, "reserve", "two", "carol", "1"); code != 3 || strings.Contains(out, "token:") {
+		t.Errorf("reserve with none left: exit %d, %q", code, out)
+	}
+	if code, out, errOut := run(t, env, "settle", m[1], "1"); code != 0 || !strings.Contains(out, "two: allowed") || !strings.Contains(out, "remaining=0") {
+		t.Errorf("settle 1 used of 2: exit %d, %q %q", code, out, errOut)
+	}
+	if code, _, errOut := run(t, env, "settle", m[1], "1"); code != 1 || !strings.Contains(errOut, "already_settled") {
+		t.Errorf("second settle: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := run(t, env, "reserve", "--", "two", "carol", "-4"); code != 1 || !strings.Contains(errOut, "never a refund nor a reset") {
+		t.Errorf("reserve -4: exit %d, %q", code, errOut)
 	}
 
 	// No service there: a clear message.

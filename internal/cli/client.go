@@ -157,17 +157,14 @@ func (e *environ) do(c *clientFlags, method, path string, body any, out any) (in
 func (e *environ) decide(cmd string, args []string) int {
 	about := "Asks a running service to decide a request of COST for KEY under POLICY, recording it.\n" +
 		"Prints the decision; the exit status is 0 when allowed, 3 when denied.\n" +
-		"As the seed systems did, --cost 0 peeks (records nothing), and a negative --cost\n" +
-		"resets KEY first (an admin action: give the admin token), then peeks."
+		"As the seed systems did, --cost 0 peeks (records nothing). A negative --cost is an\n" +
+		"error, never a reset nor a refund: floodgate reset forgets a key, floodgate settle\n" +
+		"gives back a reservation's unused units."
 	if cmd == "peek" {
 		about = "Asks a running service what a request would get, recording nothing.\n" +
 			"Prints the decision; the exit status is 0 when it would pass, 3 when not."
 	}
-	envs := []string{EnvToken}
-	if cmd == "allow" {
-		envs = append(envs, EnvAdminToken) // --cost -1 resets first, an admin action
-	}
-	c, fs := e.clientFlags(cmd, "[flags] POLICY KEY", about, envs...)
+	c, fs := e.clientFlags(cmd, "[flags] POLICY KEY", about, EnvToken)
 	cost := fs.Int64("cost", 1, "the request's `cost`")
 	if code := e.parse(fs, args); code >= 0 {
 		return code
@@ -188,14 +185,11 @@ func (e *environ) decide(cmd string, args []string) int {
 		} `json:"decisions"`
 	}
 	path, n := "/v1/"+map[string]string{"allow": "check", "peek": "peek"}[cmd], *cost
-	if cmd == "allow" && n <= 0 {
-		// The seeds' event counts: 0 peeks, a negative count resets first.
-		if n < 0 {
-			if _, err := e.do(c, http.MethodPost, "/v1/reset", map[string]string{"policy": fs.Arg(0), "key": fs.Arg(1)}, nil); err != nil {
-				return e.errorf("resetting (--cost %d): %v", n, err)
-			}
-		}
-		path, n = "/v1/peek", 1
+	if n < 0 {
+		return e.errorf("--cost %d: a negative cost is never a reset nor a refund (SPEC.md); floodgate reset POLICY KEY forgets a key, floodgate settle TOKEN USED gives back a reservation's unused units", n)
+	}
+	if cmd == "allow" && n == 0 {
+		path, n = "/v1/peek", 1 // the seeds' event count of 0 peeks
 	}
 	_, err := e.do(c, http.MethodPost, path, map[string]any{"policy": fs.Arg(0), "key": fs.Arg(1), "cost": n}, &out)
 	if err != nil {

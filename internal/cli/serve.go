@@ -209,6 +209,12 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 		}
 		cfg.Store.HashKeysSecret = v
 	}
+	if v := strings.TrimSpace(e.getenv(EnvTokenKey)); v != "" {
+		if len(v) < config.MinTokenKey {
+			return nil, fmt.Errorf("floodgate: %s: a key of %d bytes; want at least %d", EnvTokenKey, len(v), config.MinTokenKey)
+		}
+		cfg.Budgets.TokenKey, cfg.Budgets.TokenKeyFile = v, ""
+	}
 	return cfg, nil
 }
 
@@ -548,7 +554,7 @@ func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.En
 			files = append(files, path)
 		}
 		cfg := svc.Config()
-		for _, p := range []string{cfg.Admin.TokenFile, cfg.Clients.TokensFile} {
+		for _, p := range []string{cfg.Admin.TokenFile, cfg.Clients.TokensFile, cfg.Budgets.TokenKeyFile} {
 			if p != "" {
 				files = append(files, p)
 			}

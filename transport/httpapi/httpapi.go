@@ -3,6 +3,9 @@
 //	POST /v1/check     decide one request or a batch, recording them
 //	POST /v1/peek      the same, recording nothing
 //	POST /v1/reset     forget a key (admin)
+//	POST /v1/reserve   decide a request, and return a token to settle it with
+//	POST /v1/settle    give back a reservation's unused units
+//	POST /v1/refund    give back units to a key (admin)
 //	GET  /v1/policies  the named policies and Envoy domains
 //	POST /v1/envoy/rule the rule of an Envoy domain a descriptor meets
 //	GET  /v1/keys      a tracked policy's top keys, or all of them page by page (admin)
@@ -19,8 +22,8 @@
 // (admin.allow_loopback opens them to loopback callers when there is
 // none), and refuse cross-origin browser requests. With client
 // authentication on (Options.Clients, or client certificates on the
-// listener), the decision endpoints — check, peek, policies, envoy/rule
-// and /json — need a client's token or certificate. No POST is taken from
+// listener), the decision endpoints — check, peek, reserve, settle,
+// policies, envoy/rule and /json — need a client's token or certificate. No POST is taken from
 // a cross-origin browser page (http.CrossOriginProtection).
 //
 // Every error is a JSON object {"error": {"code", "message", "field"}}
@@ -102,6 +105,7 @@ func Handler(svc *service.Service, o Options) http.Handler {
 	mux.HandleFunc("/v1/check", a.method(http.MethodPost, a.client(a.check)))
 	mux.HandleFunc("/v1/peek", a.method(http.MethodPost, a.client(a.peek)))
 	mux.HandleFunc("/v1/reset", a.method(http.MethodPost, a.admin(a.reset)))
+	a.budgetRoutes(mux)
 	mux.HandleFunc("/v1/policies", a.method(http.MethodGet, a.client(a.policies)))
 	mux.HandleFunc("/v1/envoy/rule", a.method(http.MethodPost, a.client(a.envoyRule)))
 	mux.HandleFunc("/v1/keys", a.method(http.MethodGet, a.admin(a.keys)))
@@ -132,7 +136,7 @@ func Handler(svc *service.Service, o Options) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		surface := "client"
-		if r.URL.Path == "/v1/reset" {
+		if r.URL.Path == "/v1/reset" || r.URL.Path == "/v1/refund" {
 			surface = "admin"
 		}
 		a.refused(surface, "cross_origin")
@@ -165,6 +169,7 @@ type item struct {
 	Policy string  `json:"policy"`
 	Key    jsonKey `json:"key"`
 	Cost   *int64  `json:"cost,omitempty"`
+	AtMost bool    `json:"at_most,omitempty"` // a partial grant (budget.go)
 }
 
 // checkRequest is the body of /v1/check and /v1/peek: one item, or a
@@ -174,22 +179,43 @@ type checkRequest struct {
 	Policy   string            `json:"policy"`
 	Key      jsonKey           `json:"key"`
 	Cost     *int64            `json:"cost,omitempty"`
+	AtMost   bool              `json:"at_most,omitempty"` // a partial grant (budget.go)
 	Requests []json.RawMessage `json:"requests,omitempty"`
+	Atomic   bool              `json:"atomic,omitempty"` // the batch is one group (budget.go)
 }
 
 // decodeCheck reads a check body. It is what the fuzz test drives.
 func decodeCheck(body io.Reader) ([]service.Item, *apiError) {
+	items, _, e := decodeCheckAtomic(body)
+	return items, e
+}
+
+// decodeCheckAtomic reads a check body, and whether it asks for an
+// atomic batch.
+func decodeCheckAtomic(body io.Reader) ([]service.Item, bool, *apiError) {
+	items, req, e := decodeCheckItems(body)
+	return items, req.Atomic, e
+}
+
+// decodeCheckItems reads a check body into items and the request.
+func decodeCheckItems(body io.Reader) ([]service.Item, checkRequest, *apiError) {
 	var req checkRequest
 	if e := decodeJSON(body, &req); e != nil {
-		return nil, e
+		return nil, req, e
 	}
-	single := req.Policy != "" || req.Key != "" || req.Cost != nil
+	items, e := checkItems(&req)
+	return items, req, e
+}
+
+// checkItems turns a decoded check body into items.
+func checkItems(req *checkRequest) ([]service.Item, *apiError) {
+	single := req.Policy != "" || req.Key != "" || req.Cost != nil || req.AtMost
 	if single && req.Requests != nil {
 		return nil, &apiError{http.StatusBadRequest, "invalid_request", "requests", "give either one request (policy, key, cost) or requests, not both"}
 	}
 	var items []item
 	if single {
-		items = []item{{Policy: req.Policy, Key: req.Key, Cost: req.Cost}}
+		items = []item{{Policy: req.Policy, Key: req.Key, Cost: req.Cost, AtMost: req.AtMost}}
 	} else {
 		items = make([]item, len(req.Requests))
 		for i, raw := range req.Requests {
@@ -201,7 +227,7 @@ func decodeCheck(body io.Reader) ([]service.Item, *apiError) {
 	}
 	out := make([]service.Item, len(items))
 	for i, it := range items {
-		out[i] = service.Item{Policy: it.Policy, Key: string(it.Key), Cost: 1}
+		out[i] = service.Item{Policy: it.Policy, Key: string(it.Key), Cost: 1, AtMost: it.AtMost}
 		if it.Cost != nil {
 			if *it.Cost < 1 {
 				field := "cost"
@@ -227,12 +253,16 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) { a.decide(w, r, fal
 func (a *api) peek(w http.ResponseWriter, r *http.Request)  { a.decide(w, r, true) }
 
 func (a *api) decide(w http.ResponseWriter, r *http.Request, peek bool) {
-	items, e := a.readItems(w, r)
+	items, atomic, e := a.readItems(w, r)
 	if e != nil {
 		if n := reqlog.NoteOf(r.Context()); n != nil {
 			n.Problem = e.code
 		}
 		e.write(w)
+		return
+	}
+	if atomic || atMost(items) {
+		a.decideBudget(w, r, items, atomic, peek)
 		return
 	}
 	var res service.Verdict
@@ -283,12 +313,12 @@ func (a *api) decide(w http.ResponseWriter, r *http.Request, peek bool) {
 	writeJSON(w, status, out)
 }
 
-func (a *api) readItems(w http.ResponseWriter, r *http.Request) ([]service.Item, *apiError) {
+func (a *api) readItems(w http.ResponseWriter, r *http.Request) ([]service.Item, bool, *apiError) {
 	if e := checkContentType(r); e != nil {
-		return nil, e
+		return nil, false, e
 	}
 	body := http.MaxBytesReader(w, r.Body, a.svc.Config().Bounds.MaxBodyBytes)
-	return decodeCheck(body)
+	return decodeCheckAtomic(body)
 }
 
 type checkResponse struct {
@@ -308,6 +338,7 @@ type decisionJSON struct {
 	ResetAfterUS int64  `json:"reset_after_us"`
 	Binding      int32  `json:"binding,omitempty"`
 	Degraded     bool   `json:"degraded,omitempty"`
+	Granted      *int64 `json:"granted,omitempty"` // partial grants and reservations (budget.go)
 }
 
 func toJSONDecision(p *floodgate.Policy, d floodgate.Decision) decisionJSON {

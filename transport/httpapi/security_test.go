@@ -39,6 +39,7 @@ func newAPIConf(t *testing.T, conf string, o Options) *testAPI {
 var adminCalls = []call{
 	{method: "POST", path: "/v1/reset", body: `{"policy":"api","key":"k"}`},
 	{method: "GET", path: "/v1/keys?policy=uploads"},
+	{method: "POST", path: "/v1/refund", body: `{"policy":"api","key":"k","n":1}`},
 }
 
 // TestAdminWithoutToken: with no admin token configured (and
@@ -293,6 +294,7 @@ func TestClientAuth(t *testing.T) {
 	decisionCalls := []call{
 		{method: "POST", path: "/v1/check", body: `{"policy":"api","key":"k"}`},
 		{method: "POST", path: "/v1/peek", body: `{"policy":"api","key":"k"}`},
+		{method: "POST", path: "/v1/reserve", body: `{"policy":"api","key":"r","n":1}`},
 		{method: "GET", path: "/v1/policies"},
 		{method: "POST", path: "/v1/envoy/rule", body: `{"domain":"edge","entries":[{"key":"remote_address","value":"1.2.3.4"}]}`},
 		{method: "POST", path: "/json", body: `{}`},

@@ -90,6 +90,11 @@ type Store struct {
 	// OverLimitCache answers keys already over a fixed window's limit
 	// locally until the window ends (default true).
 	OverLimitCache bool
+	// ReadFromReplicas sends peeks (FCALL_RO, which writes nothing) to a
+	// Cluster's replicas, and adds to its masters (type redis-cluster
+	// only; default false). A replica lags its master, so a peek may see a
+	// count from a moment ago.
+	ReadFromReplicas bool
 	// TLS configures TLS to every Redis node and sentinel.
 	TLS StoreTLS
 }
@@ -923,6 +928,9 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 	if v, ok := fs["over_limit_cache"]; ok {
 		s.OverLimitCache, _ = r.boolean(v.value, "store.over_limit_cache")
 	}
+	if v, ok := fs["read_from_replicas"]; ok {
+		s.ReadFromReplicas, _ = r.boolean(v.value, "store.read_from_replicas")
+	}
 	if s.Type == "" {
 		switch {
 		case s.URL != "":
@@ -969,6 +977,9 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 			}
 			r.errorf(line("addrs"), field, "%v", p.err)
 		}
+	}
+	if s.ReadFromReplicas && s.Type != "redis-cluster" {
+		r.errorf(line("read_from_replicas"), "store.read_from_replicas", "applies to type redis-cluster only (a Cluster's replicas), found type %q", or(s.Type, "memory"))
 	}
 	if s.MaxKeys != 0 && s.Type != "memory" && s.Type != "" {
 		r.errorf(line("max_keys"), "store.max_keys", "applies to the memory store only")

@@ -126,7 +126,7 @@ store:
 store:
   type: memory
   tpye: redis
-`, []string{"f.yaml:3: store.tpye: unknown field; allowed here: type, url, addrs, master, username, password, prefix, timeout, max_keys, hash_keys_secret, batching, over_limit_cache, tls"}},
+`, []string{"f.yaml:3: store.tpye: unknown field; allowed here: type, url, addrs, master, username, password, prefix, timeout, max_keys, hash_keys_secret, batching, over_limit_cache, read_from_replicas, tls"}},
 		{"unknown fields of failure, admin, limits, listen, envoy", `
 failure:
   modus: open
@@ -349,6 +349,13 @@ store:
 `, []string{
 			`f.yaml:3: store.max_keys: applies to the memory store only`,
 			`f.yaml:4: store.timeout: want a duration of at least 1ms, found 500µs`,
+		}},
+		{"store: read_from_replicas without a Cluster", `
+store:
+  url: redis://cache:6379
+  read_from_replicas: true
+`, []string{
+			`f.yaml:3: store.read_from_replicas: applies to type redis-cluster only (a Cluster's replicas), found type "redis"`,
 		}},
 
 		// Failure, admin, listen.

@@ -58,6 +58,8 @@ var schema = []setting{
 			value: func(c *Config) string { return strconv.FormatBool(c.Store.Batching) }},
 		{key: "over_limit_cache", doc: "answer keys already over a fixed window's limit locally until the window ends",
 			value: func(c *Config) string { return strconv.FormatBool(c.Store.OverLimitCache) }},
+		{key: "read_from_replicas", doc: "redis-cluster: send peeks (read-only FCALL_RO) to the replicas, adds to the masters; a replica lags, so a peek may see a count from a moment ago",
+			value: func(c *Config) string { return strconv.FormatBool(c.Store.ReadFromReplicas) }},
 		{key: "tls", doc: "TLS to every Redis node and sentinel", children: []setting{
 			{key: "enabled", doc: "turn TLS on; a rediss:// url, or addrs written rediss://host:port, turn it on too",
 				value: func(c *Config) string { return strconv.FormatBool(c.Store.TLS.Enabled) }},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -54,7 +55,7 @@ type serveFlags struct {
 	watch                                                     time.Duration
 	drain                                                     time.Duration
 	storeWait                                                 time.Duration
-	startDegraded                                             bool
+	startDegraded, readReplicas                               bool
 	shutdownDelay                                             time.Duration
 	dashboard                                                 bool
 	accessLogSample                                           float64
@@ -84,6 +85,7 @@ func (e *environ) serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.redisURL, "redis", "", "Redis `URL`: redis://[user:password@]host:port[/db], rediss:// for TLS")
 	fs.StringVar(&f.redisCluster, "redis-cluster", "", "Redis Cluster seed `nodes`, comma separated host:port (rediss://host:port for TLS)")
 	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "Redis Sentinel: `MASTER@host:port,host:port` (the sentinels; rediss://host:port for TLS)")
+	fs.BoolVar(&f.readReplicas, "redis-read-from-replicas", false, "with a Redis Cluster: send peeks (read-only) to the replicas too, adds to the masters; a replica lags,\nso a peek may see a count from a moment ago (store.read_from_replicas)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.watch, "watch", 2*time.Second, "how often to look for changed configuration files (0: only on SIGHUP)")
@@ -178,6 +180,12 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 			return nil, fmt.Errorf("floodgate: --redis-sentinel: %w", err)
 		}
 		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis-sentinel", "", splitAddrs(addrs), master
+	}
+	if f.readReplicas {
+		if cfg.Store.Type != "redis-cluster" {
+			return nil, fmt.Errorf("floodgate: --redis-read-from-replicas: applies to a Redis Cluster (--redis-cluster or store.type redis-cluster), found store type %q", cmp.Or(cfg.Store.Type, "memory"))
+		}
+		cfg.Store.ReadFromReplicas = true
 	}
 	if v := e.getenv(EnvRedisPassword); v != "" {
 		cfg.Store.Password = v

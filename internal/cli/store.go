@@ -161,7 +161,10 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, error) {
 			// made (and by redisstore as soon as a call fails to reach a
 			// master), so a replica that took over is used within half a
 			// second; a redirection is followed without a pause.
-			ClusterStateReloadInterval: clusterReloadInterval, MinRetryBackoff: -1, MaxRetryBackoff: -1}
+			ClusterStateReloadInterval: clusterReloadInterval, MinRetryBackoff: -1, MaxRetryBackoff: -1,
+			// Read-only commands (peeks: FCALL_RO) to a random node of the
+			// slot, master or replica; adds always to the master.
+			ReadOnly: s.ReadFromReplicas, RouteRandomly: s.ReadFromReplicas}
 		timeouts(&o.DialTimeout, &o.ReadTimeout)
 		o.WriteTimeout = o.ReadTimeout
 		return redis.NewClusterClient(o), nil

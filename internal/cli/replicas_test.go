@@ -1,0 +1,99 @@
+package cli_test
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate/internal/redistest"
+)
+
+// TestReadFromReplicas: serve --redis-read-from-replicas on a Cluster of 3
+// masters with a replica each sends peeks to the replicas too and every add
+// to the masters; without a Cluster the flag is refused, naming it.
+func TestReadFromReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 6-node Redis Cluster")
+	}
+	code, msg := refused(t, nil, "--redis", "redis://127.0.0.1:1", "--redis-read-from-replicas")
+	if code == 0 || !strings.Contains(msg, "--redis-read-from-replicas") || !strings.Contains(msg, "Redis Cluster") {
+		t.Errorf("--redis-read-from-replicas with --redis: exit %d, %q; want a refusal naming the flag", code, msg)
+	}
+
+	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
+	conf := writeFile(t, "floodgate.yaml", "policies:\n  api: \"fixed_window 1000/1h align first\"\n")
+	s := startServe(t, nil, "--config", conf, "--redis-cluster", strings.Join(cl.Addrs, ","), "--redis-read-from-replicas")
+
+	calls := func(n *redistest.Server, cmd string) int64 {
+		info, err := n.Do(t, "INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, found := strings.Cut(info.(string), "cmdstat_"+cmd+":calls=")
+		if !found {
+			return 0
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		x, _ := strconv.ParseInt(v, 10, 64)
+		return x
+	}
+	post := func(path, key string) int {
+		t.Helper()
+		res, err := http.Post("http://"+s.http+path, "application/json", strings.NewReader(`{"policy":"api","key":"`+key+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	keys := make([]string, 30) // on every master
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user%d", i)
+		if c := post("/v1/check", keys[i]); c != http.StatusOK {
+			t.Fatalf("check %s: %d", keys[i], c)
+		}
+	}
+	// The replicas get the function library from their masters: wait for it.
+	for i := range cl.Nodes {
+		r := cl.Replicas[i][0]
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			libs, err := r.Do(t, "FUNCTION", "LIST")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(libs.([]any)) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %s has no function library after 10 s", r.Addr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for range 4 {
+		for _, k := range keys {
+			if c := post("/v1/peek", k); c != http.StatusOK {
+				t.Fatalf("peek %s: %d", k, c)
+			}
+		}
+	}
+	var onReplicas, writesOnReplicas int64
+	for i, m := range cl.Nodes {
+		r := cl.Replicas[i][0]
+		t.Logf("master %s: fcall %d, fcall_ro %d; replica %s: fcall %d, fcall_ro %d", m.Addr, calls(m, "fcall"), calls(m, "fcall_ro"), r.Addr, calls(r, "fcall"), calls(r, "fcall_ro"))
+		onReplicas += calls(r, "fcall_ro")
+		writesOnReplicas += calls(r, "fcall")
+	}
+	// 120 peeks, each to the master or the replica of its slot at random:
+	// none on a replica has probability 2^-120.
+	if onReplicas == 0 {
+		t.Error("no peek reached a replica")
+	}
+	if writesOnReplicas != 0 {
+		t.Errorf("%d adds reached a replica", writesOnReplicas)
+	}
+}

@@ -97,10 +97,10 @@ func TestKeyLayout(t *testing.T) {
 				t.Fatalf("%s key %q: %v, %v", p.Name, key, d, err)
 			}
 			// The key's braces (and %) are escaped inside the tag, so the
-			// whole key, and only the policy and the key, choose the slot.
+			// whole key, and only the key, chooses the slot.
 			escaped := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(key)
-			tag := "fg:{" + p.Name + ":" + escaped + "}:"
-			whole, err := node.Do(t, "CLUSTER", "KEYSLOT", "{"+p.Name+":"+escaped+"}")
+			tag := "fg:" + p.Name + ":{" + escaped + "}:"
+			whole, err := node.Do(t, "CLUSTER", "KEYSLOT", escaped)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func TestKeyLayout(t *testing.T) {
 					t.Fatal(err)
 				}
 				if reply.(int64) != slot {
-					t.Fatalf("%s key %q: %s is in slot %d; the policy and the whole key hash to %d", p.Name, key, part, reply, slot)
+					t.Fatalf("%s key %q: %s is in slot %d; the whole key hashes to %d", p.Name, key, part, reply, slot)
 				}
 				want++
 			}
@@ -182,7 +182,7 @@ func TestNode(t *testing.T) {
 		key := fmt.Sprintf("k}%d", i)
 		node := s.Node(ctx, &p, key)
 		escaped := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(key)
-		reply, err := cl.Nodes[0].Do(t, "CLUSTER", "KEYSLOT", "{node:"+escaped+"}")
+		reply, err := cl.Nodes[0].Do(t, "CLUSTER", "KEYSLOT", escaped)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +269,8 @@ func TestEveryKeyHasATTL(t *testing.T) {
 		if strings.HasSuffix(name, "}:u") {
 			continue // usage: the state's horizon or the retention, whichever is longer
 		}
-		tag := strings.TrimPrefix(name[:strings.LastIndex(name, "}:")], "fg:{")
+		pol, key, _ := strings.Cut(strings.TrimPrefix(name[:strings.LastIndex(name, "}:")], "fg:"), ":{")
+		tag := pol + ":" + key
 		l, ok := horizon[tag]
 		if !ok {
 			t.Errorf("state key %q exists, but no add recorded it", name)
@@ -331,7 +332,7 @@ func TestStateEncoding(t *testing.T) {
 					t.Fatal(err)
 				}
 				key := fmt.Sprintf("k%d", len(tc.policy))
-				redisKey := "fg:{c:" + key + "}:" + tc.part
+				redisKey := "fg:c:{" + key + "}:" + tc.part
 				for i, dus := range tc.steps {
 					clock.Advance(time.Duration(dus) * time.Microsecond)
 					if d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: key, N: 1}); err != nil || !d.Allowed {

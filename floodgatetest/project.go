@@ -39,9 +39,9 @@ type ProjectVector struct {
 	File string
 }
 
-// Member is one policy of a project vector. A calendar window (SPEC.md,
-// "Calendar windows") is a FixedWindow policy with Window zero and Calendar
-// set: the root package has no such policy yet, so Calendar carries it.
+// Member is one policy of a project vector. For a calendar window (SPEC.md,
+// "Calendar windows": a FixedWindow policy with Align "calendar") Calendar
+// holds its period and loaded zone too, for replays on the twin.
 type Member struct {
 	Policy   floodgate.Policy
 	Calendar *Calendar
@@ -333,53 +333,10 @@ func ParseProjectVectors(data []byte, file string) ([]ProjectVector, error) {
 	return out, nil
 }
 
-// parseMember decodes one policy in SPEC.md's JSON form, with the calendar
-// fields of "Calendar windows" (align calendar, period, tz) taken out before
-// the root package's decoder, which does not know them yet, reads the rest.
+// parseMember decodes one policy in SPEC.md's JSON form, calendar windows
+// included, and checks it.
 func parseMember(data json.RawMessage) (Member, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil {
-		return Member{}, err
-	}
 	var m Member
-	if string(fields["align"]) == `"calendar"` {
-		if string(fields["algorithm"]) != `"fixed_window"` {
-			return Member{}, fmt.Errorf("align calendar is a fixed_window alignment, not one of %s", fields["algorithm"])
-		}
-		var c Calendar
-		if err := unmarshalField(fields, "period", &c.Period); err != nil {
-			return Member{}, err
-		}
-		if err := unmarshalField(fields, "tz", &c.TZ); err != nil {
-			return Member{}, err
-		}
-		switch c.Period {
-		case "day", "week", "month":
-		default:
-			return Member{}, fmt.Errorf("period %q, want day, week or month", c.Period)
-		}
-		if c.TZ == "" {
-			c.TZ = "UTC"
-		}
-		loc, err := time.LoadLocation(c.TZ)
-		if err != nil {
-			return Member{}, fmt.Errorf("tz %q: %w", c.TZ, err)
-		}
-		c.Location = loc
-		if _, ok := fields["window"]; ok {
-			return Member{}, fmt.Errorf("a calendar window has a period, not a window")
-		}
-		delete(fields, "align")
-		delete(fields, "period")
-		delete(fields, "tz")
-		fields["window"] = json.RawMessage(`"1s"`) // checked, then dropped
-		m.Calendar = &c
-		b, err := json.Marshal(fields)
-		if err != nil {
-			return Member{}, err
-		}
-		data = b
-	}
 	if err := json.Unmarshal(data, &m.Policy); err != nil {
 		return Member{}, err
 	}
@@ -388,8 +345,17 @@ func parseMember(data json.RawMessage) (Member, error) {
 	if err := p.Validate(); err != nil {
 		return Member{}, err
 	}
-	if m.Calendar != nil {
-		m.Policy.Window = 0
+	if p.Align == "calendar" {
+		c := Calendar{Period: p.Period, TZ: p.TZ}
+		if c.TZ == "" {
+			c.TZ = "UTC"
+		}
+		loc, err := time.LoadLocation(c.TZ)
+		if err != nil {
+			return Member{}, fmt.Errorf("tz %q: %w", c.TZ, err)
+		}
+		c.Location = loc
+		m.Calendar = &c
 	}
 	return m, nil
 }

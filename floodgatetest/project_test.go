@@ -64,9 +64,9 @@ func TestParseProjectVectorsErrors(t *testing.T) {
 		{`[{"name":"x","policy":` + fw + `,"steps":[{"at_us":0,"key":"k","op":"reserve","id":"r"},{"at_us":0,"op":"settle","id":"r"}]}]`, "used ≥ 0"},
 		{`[{"name":"x","policy":` + fw + `,"steps":[{"at_us":0,"key":"k","op":"add"},{"at":"2026-01-01T00:00:00Z","key":"k","op":"add"}]}]`, "either at_us or at"},
 		{`[{"name":"x","policy":` + fw + `,"steps":[{"at":"yesterday","key":"k","op":"add"}]}]`, "at:"},
-		{`[{"name":"x","policy":` + strings.Replace(cal, "%s", "year", 1) + `,"steps":[{"at_us":0,"key":"k","op":"add"}]}]`, `period "year"`},
-		{`[{"name":"x","policy":{"algorithm":"fixed_window","max":1,"align":"calendar","period":"day","tz":"Mars/Olympus"},"steps":[{"at_us":0,"key":"k","op":"add"}]}]`, `tz "Mars/Olympus"`},
-		{`[{"name":"x","policy":{"algorithm":"fixed_window","max":1,"window":"1s","align":"calendar","period":"day"},"steps":[{"at_us":0,"key":"k","op":"add"}]}]`, "not a window"},
+		{`[{"name":"x","policy":` + strings.Replace(cal, "%s", "year", 1) + `,"steps":[{"at_us":0,"key":"k","op":"add"}]}]`, `period = "year": day, week or month`},
+		{`[{"name":"x","policy":{"algorithm":"fixed_window","max":1,"align":"calendar","period":"day","tz":"Mars/Olympus"},"steps":[{"at_us":0,"key":"k","op":"add"}]}]`, `tz = "Mars/Olympus": an IANA time zone name`},
+		{`[{"name":"x","policy":{"algorithm":"fixed_window","max":1,"window":"1s","align":"calendar","period":"day"},"steps":[{"at_us":0,"key":"k","op":"add"}]}]`, "window = 1s: not a parameter of a calendar window"},
 		{`[{"name":"x","policy":{"algorithm":"gcra","rate":"1/1s","align":"calendar","period":"day"},"steps":[{"at_us":0,"key":"k","op":"add"}]}]`, "align"},
 		{`[{"name":"x","policy":` + fw + `,"steps":[{"at_us":0,"key":"k","op":"add","expect":{"granted":1,"grant":2}}]}]`, "grant"},
 	} {

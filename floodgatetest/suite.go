@@ -66,6 +66,13 @@ type Harness struct {
 	// Keys, when set, returns how many (policy, key) states the store
 	// holds, so the suite can check that peeks create none.
 	Keys func(floodgate.Store) int
+
+	// NoBudgets says that the store does not implement
+	// storekit.BudgetStore: the checks of groups, partial grants,
+	// reservations, refunds and calendar windows (ProjectVectors and the
+	// budget properties) are skipped, which each logs. Without it those
+	// checks fail on such a store.
+	NoBudgets bool
 }
 
 func (h *Harness) open(t *testing.T, clock storekit.Clock) floodgate.Store {
@@ -90,7 +97,10 @@ func (h *Harness) name(s string) string {
 // and those of the folder named by FLOODGATE_VECTORS, then the properties
 // of a store (peek, reset, independent keys, no over-admission under
 // concurrency, bad requests, usage tracking, series and paged listings
-// for a usage.Lister, Close).
+// for a usage.Lister, Close). For a storekit.BudgetStore it also replays
+// the project's vectors (groups, partial grants, reservations, refunds,
+// calendar windows) and checks groups and reservations under concurrency;
+// a store without budgets must set Harness.NoBudgets.
 func Run(t *testing.T, h Harness) {
 	if h.NewStore == nil {
 		t.Fatal("floodgatetest: Harness.NewStore is nil")
@@ -114,6 +124,10 @@ func Run(t *testing.T, h Harness) {
 			h.replay(t, dir, vs)
 		})
 	}
+	t.Run("ProjectVectors", h.testProjectVectors)
+	t.Run("GroupConcurrency", h.testGroupConcurrency)
+	t.Run("ReserveContention", h.testReserveContention)
+	t.Run("BudgetInvalidRequests", h.testBudgetInvalid)
 	t.Run("PeekIsTheAddsDecision", h.testPeek)
 	t.Run("PeekCreatesNoState", h.testPeekCreatesNothing)
 	t.Run("ResetRestoresInitialState", h.testReset)

@@ -90,8 +90,8 @@ type Store struct {
 	stop      chan struct{}
 	done      chan struct{}
 
-	policies *storekit.Cache[struct{}] // what Take validated
-	lists    listings                  // the snapshots of paged listings (ListKeys)
+	policies *storekit.Cache[bool] // what Take validated: is it a calendar window
+	lists    listings              // the snapshots of paged listings (ListKeys)
 
 	bound   int   // most entries held; 0: no bound
 	errFull error // wraps ErrFull; made once, so that a refusal allocates nothing
@@ -136,6 +136,7 @@ type entry struct {
 	key    string
 	policy *prepared // the policy last applied
 	st     algo.State
+	born   int64 // µs: the state's birth (SPEC.md, "State birth"), for settles
 	next   *entry
 	use    *keyUsage // nil until the policy tracks usage
 }
@@ -291,7 +292,7 @@ func New(opts ...Option) (*Store, error) {
 		shards:    make([]shard, n),
 		mask:      uint64(n - 1),
 		maxKeyLen: cfg.maxKeyLen,
-		policies:  storekit.NewCache(0, func(*floodgate.Policy) (struct{}, error) { return struct{}{}, nil }),
+		policies:  storekit.NewCache(0, func(p *floodgate.Policy) (bool, error) { return p.Align == "calendar", nil }),
 		bound:     bound,
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
@@ -343,8 +344,9 @@ func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 func (s *Store) shardOf(h uint64) *shard { return &s.shards[h&s.mask] }
 
 // prepared is a policy as the store validated it (storekit.Cache), the
-// policy every decision of its entries applies.
-type prepared = storekit.Prepared[struct{}]
+// policy every decision of its entries applies; its Value says whether it
+// is a calendar window, which only takeBudget decides.
+type prepared = storekit.Prepared[bool]
 
 // find returns the entry of key (whose hash is h) under the policy named
 // name, or nil. The shard must be locked.
@@ -360,6 +362,9 @@ func (sh *shard) find(h uint64, name, key string) *entry {
 // Take decides req (see floodgate.Store). The context is not consulted: a
 // decision never waits for anything but a shard's mutex.
 func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	if req.Group != nil || req.AtMost || req.Refund || req.Reserve != nil || req.Settle != nil {
+		return s.takeBudget(&req)
+	}
 	if req.Policy == nil || req.Key == "" || len(req.Key) > s.maxKeyLen || req.N < 1 || req.N > floodgate.MaxCost || s.closed.Load() {
 		return floodgate.Decision{}, s.badRequest(&req)
 	}
@@ -371,7 +376,7 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	e := sh.find(h, req.Policy.Name, req.Key)
-	if e == nil || e.policy.Source != req.Policy {
+	if e == nil || e.policy.Source != req.Policy || e.policy.Value {
 		sh.mu.Unlock()
 		return s.takeSlow(sh, h, &req, now)
 	}
@@ -379,7 +384,10 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	var d floodgate.Decision
 	tracked := p.Track && !req.Peek
 	live := tracked && e.keep(now) // before the step: usage expires with the state it had
-	algo.Step(p, &e.st, now, req.N, req.Peek, &d)
+	algo.StepBorn(p, &e.st, &e.born, now, req.N, req.Peek, &d)
+	if d.Allowed {
+		d.Granted = req.N
+	}
 	if tracked {
 		e.track(p, now, req.N, d.Allowed, live)
 	}
@@ -424,6 +432,9 @@ func (s *Store) takeSlow(sh *shard, h uint64, req *floodgate.Request, now int64)
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
+	if pr.Value {
+		return s.takeBudget(req) // a calendar window
+	}
 	p := &pr.Policy
 	var fresh *entry
 	if !req.Peek {
@@ -436,6 +447,9 @@ func (s *Store) takeSlow(sh *shard, h uint64, req *floodgate.Request, now int64)
 		var none algo.State
 		var d floodgate.Decision
 		algo.Step(p, &none, now, req.N, true, &d)
+		if d.Allowed {
+			d.Granted = req.N
+		}
 		return d, nil
 	}
 	if e != nil {
@@ -446,7 +460,10 @@ func (s *Store) takeSlow(sh *shard, h uint64, req *floodgate.Request, now int64)
 	var d floodgate.Decision
 	tracked := p.Track && !req.Peek
 	live := tracked && e.keep(now)
-	algo.Step(p, &e.st, now, req.N, req.Peek, &d)
+	algo.StepBorn(p, &e.st, &e.born, now, req.N, req.Peek, &d)
+	if d.Allowed {
+		d.Granted = req.N
+	}
 	if tracked {
 		e.track(p, now, req.N, d.Allowed, live)
 	}
@@ -782,6 +799,7 @@ func (s *Store) Stats() Stats {
 
 // Interface guards.
 var (
-	_ floodgate.Store = (*Store)(nil)
-	_ usage.Lister    = (*Store)(nil)
+	_ floodgate.Store      = (*Store)(nil)
+	_ storekit.BudgetStore = (*Store)(nil)
+	_ usage.Lister         = (*Store)(nil)
 )

@@ -332,3 +332,21 @@ func Refund(ms []Member, now, n int64, o *Outcome) error {
 	}
 	return Add(ms, now, 1, true, o)
 }
+
+// StepBorn is Step on a policy that is not a calendar window, keeping the
+// state's born as Add does (SPEC.md, "State birth"): a recording add that
+// finds no live state sets *born to its now after rule 1. It decides
+// exactly as Add on one member, at Step's cost, for stores' plain adds.
+func StepBorn(p *floodgate.Policy, s *State, born *int64, now, n int64, peek bool, d *floodgate.Decision) {
+	if peek {
+		Step(p, s, now, n, true, d)
+		return
+	}
+	at := effectiveNow(s, now)
+	m := Member{Policy: p, State: s}
+	was := liveAt(&m, at)
+	Step(p, s, now, n, false, d)
+	if !was && liveAt(&m, at) {
+		*born = at
+	}
+}

@@ -246,6 +246,9 @@ func (s *Store) Preload(ctx context.Context) error {
 			}
 		}
 	}
+	if err := s.b.loadScript(ctx, groupScript.src); err != nil {
+		return unavailable("loading scripts", err)
+	}
 	return nil
 }
 
@@ -311,8 +314,11 @@ func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 	case floodgate.FixedWindow:
 		tag, pr.parts = "fw", []string{"fw"}
 		align := string(floodgate.AlignEpoch)
-		if p.Align == floodgate.AlignFirst {
+		switch p.Align {
+		case floodgate.AlignFirst:
 			align = string(floodgate.AlignFirst)
+		case calendar:
+			align = string(calendar) // the window comes with each call
 		}
 		params = []string{num(p.Max), us(p.Window), align}
 		pr.limits = []int64{p.Max}
@@ -477,6 +483,9 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	if err := storekit.CheckRequest(&req, s.maxKeyLen); err != nil {
 		return floodgate.Decision{}, err
 	}
+	if budgetOp(&req) {
+		return s.takeBudget(ctx, &req)
+	}
 	pr, err := s.prepare(req.Policy)
 	if err != nil {
 		return floodgate.Decision{}, err
@@ -490,7 +499,11 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	if c.err != nil {
 		return floodgate.Decision{}, classify(ctx, c.err)
 	}
-	return decode(c.reply, pr)
+	d, err := decode(c.reply, pr)
+	if d.Allowed {
+		d.Granted = req.N
+	}
+	return d, err
 }
 
 // notRun reports whether err means that the call did not run and that

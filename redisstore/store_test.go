@@ -68,8 +68,6 @@ func replayHarness(c redis.UniversalClient, keys func() int, opts ...redisstore.
 		},
 		Keys:   func(floodgate.Store) int { return keys() },
 		Phases: 3,
-		// redisstore has no Budgets() yet (issue 15's Redis part).
-		NoBudgets: true,
 	}
 }
 

@@ -76,7 +76,7 @@ func (l *Limiter) AllowAtMost(ctx context.Context, key string, n int64) (Decisio
 	}
 	req := l.request(key, n)
 	req.AtMost = true
-	return l.store.Take(ctx, req)
+	return l.take(ctx, req)
 }
 
 // Reserve is AllowN that also returns what Settle needs to give back the
@@ -92,7 +92,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservatio
 	r := &Reservation{limiter: l}
 	req := l.request(key, n)
 	req.Reserve = r
-	d, err := l.store.Take(ctx, req)
+	d, err := l.take(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -106,8 +106,9 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64) (*Reservatio
 // returns an error wrapping ErrSettled and changes nothing; so does a
 // Settle whose store call fails (the units may or may not have been given
 // back). A used outside 0 to r.N is an error wrapping ErrInvalidCost, and r
-// must come from this Limiter's Reserve. Settling a denied reservation, or
-// with used = r.N, gives back nothing and returns the peek.
+// must come from this Limiter's Reserve. Settling a denied reservation, a
+// degraded one that no store holds (Decision.Degraded, made by a failure
+// policy), or with used = r.N, gives back nothing and returns the peek.
 func (l *Limiter) Settle(ctx context.Context, r *Reservation, used int64) (Decision, error) {
 	switch {
 	case r == nil || r.limiter == nil:
@@ -120,14 +121,16 @@ func (l *Limiter) Settle(ctx context.Context, r *Reservation, used int64) (Decis
 	if !r.settled.CompareAndSwap(false, true) {
 		return Decision{}, fmt.Errorf("floodgate: Settle: %w", ErrSettled)
 	}
-	if !r.Decision.Allowed || used == r.N {
+	if !r.Decision.Allowed || used == r.N || len(r.Holds) == 0 {
+		// Nothing to give back: denied, all used, or a degraded
+		// reservation that no store holds (package failure).
 		req := l.request(r.Key, 1)
 		req.Peek = true
-		return l.store.Take(ctx, req)
+		return l.take(ctx, req)
 	}
 	req := l.request(r.Key, r.N-used)
 	req.Settle = r
-	return l.store.Take(ctx, req)
+	return l.take(ctx, req)
 }
 
 // Refund gives back n units (1 to MaxCost) to key's current state under
@@ -143,7 +146,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64) (Decision, er
 	}
 	req := l.request(key, n)
 	req.Refund = true
-	return l.store.Take(ctx, req)
+	return l.take(ctx, req)
 }
 
 // budgetCall checks a budget operation's store, key and cost.

@@ -3,6 +3,7 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 
@@ -20,9 +21,11 @@ type recordStore struct {
 func (s *recordStore) Take(_ context.Context, req floodgate.Request) (floodgate.Decision, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	req.Group = slices.Clone(req.Group) // the Limiter reuses it
 	s.reqs = append(s.reqs, req)
 	if req.Reserve != nil {
 		req.Reserve.Key, req.Reserve.N = req.Key, req.N
+		req.Reserve.Holds = make([]int64, 4*(len(req.Group)+1))
 	}
 	return floodgate.Decision{Allowed: true, Granted: req.N}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -86,16 +87,32 @@ func (l *Limiter) Policy() Policy {
 	return p
 }
 
-// request returns the request of n for key on every policy.
+// request returns the request of n for key on the first policy; take adds
+// the others.
 func (l *Limiter) request(key string, n int64) Request {
-	req := Request{Policy: l.policy, Key: key, N: n}
-	if len(l.more) > 0 {
-		req.Group = make([]Request, len(l.more))
-		for i, p := range l.more {
-			req.Group[i] = Request{Policy: p, Key: key}
-		}
+	return Request{Policy: l.policy, Key: key, N: n}
+}
+
+// groups recycles the Group arrays of take: a group decision allocates
+// nothing of its own.
+var groups = sync.Pool{New: func() any { return new([maxLimits - 1]Request) }}
+
+// take hands req to the store, with every further policy of the limiter
+// as req.Group on the same key. Stores do not keep a request's Group past
+// Take (floodgate.Request), so the array is reused.
+func (l *Limiter) take(ctx context.Context, req Request) (Decision, error) {
+	if len(l.more) == 0 {
+		return l.store.Take(ctx, req)
 	}
-	return req
+	g := groups.Get().(*[maxLimits - 1]Request)
+	req.Group = g[:len(l.more)]
+	for i, p := range l.more {
+		req.Group[i] = Request{Policy: p, Key: req.Key}
+	}
+	d, err := l.store.Take(ctx, req)
+	clear(req.Group)
+	groups.Put(g)
+	return d, err
 }
 
 // errKeyUTF8 is the error of a key that is not valid UTF-8.
@@ -117,7 +134,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	if err := checkKey(key); err != nil {
 		return Decision{}, err
 	}
-	return l.store.Take(ctx, l.request(key, 1))
+	return l.take(ctx, l.request(key, 1))
 }
 
 // AllowN decides a request of cost n for key, consuming n units if it
@@ -134,7 +151,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	if err := checkKey(key); err != nil {
 		return Decision{}, err
 	}
-	return l.store.Take(ctx, l.request(key, n))
+	return l.take(ctx, l.request(key, n))
 }
 
 // Peek returns the decision AllowN(ctx, key, n) would get now, recording
@@ -149,7 +166,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Decision, erro
 	}
 	req := l.request(key, n)
 	req.Peek = true
-	return l.store.Take(ctx, req)
+	return l.take(ctx, req)
 }
 
 // Reset forgets key's state under every policy of the limiter, one after
@@ -190,7 +207,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) (Decision, err
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
 		}
-		d, err := l.store.Take(ctx, l.request(key, n))
+		d, err := l.take(ctx, l.request(key, n))
 		if err != nil || d.Allowed {
 			return d, err
 		}

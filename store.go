@@ -66,7 +66,8 @@ type Request struct {
 	// policy name and key of another member or of the request itself,
 	// which is member 0. N, Peek and the fields below apply to the whole
 	// group: allowed only if every member admits, spent on every member
-	// or none. Nil decides the one (Policy, Key).
+	// or none. Nil decides the one (Policy, Key). A store must not keep
+	// the slice after Take returns (a Limiter reuses it).
 	Group []Request
 
 	// AtMost grants as many units as pass now, at most N (SPEC.md's

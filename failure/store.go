@@ -3,6 +3,7 @@ package failure
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/floodgatehq/floodgate"
@@ -14,8 +15,17 @@ import (
 // documentation); it returns an error only for a request the store refused
 // (floodgate.ErrInvalidPolicy, ErrInvalidKey, ErrInvalidCost), after Close
 // (ErrClosed), and when the caller's context ended. It is a
-// storekit.BatchStore when the store it wraps is one, and passes Ping on.
-// Create it with Wrap.
+// storekit.BatchStore when the store it wraps is one, passes Ping on, and
+// reports the wrapped store's Budgets (storekit.BudgetStore).
+//
+// A group (Request.Group) is one request: when the store fails it, the
+// failure policy makes one decision for the whole group, never one per
+// member. An allowed degraded add, partial grant or reservation is granted
+// its N in full (Open, or a fallback that fails too); a degraded
+// reservation holds nothing in any store (Limiter.Settle then gives back
+// nothing), unless the fallback store made it. A fallback without budgets
+// is not asked to decide a group or a budget operation: that request fails
+// open. Create it with Wrap.
 type Store struct {
 	g      *Guard
 	inner  floodgate.Store
@@ -71,15 +81,34 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 // wrapped store's own Take: another path to the same store, such as a
 // batcher that pipelines concurrent calls.
 func (s *Store) TakeVia(ctx context.Context, req floodgate.Request, take func(context.Context, floodgate.Request) (floodgate.Decision, error)) (floodgate.Decision, error) {
-	fb := s.g.policy.Load().Fallback
-	var fallback func(context.Context) (floodgate.Decision, error)
-	if fb != nil {
-		fallback = func(ctx context.Context) (floodgate.Decision, error) { return fb.Take(ctx, req) }
-	}
 	d, _, err := s.g.Do(ctx, opOf(&req), s.node(ctx, &req), func(ctx context.Context) (floodgate.Decision, error) {
 		return take(ctx, req)
-	}, fallback)
+	}, s.fallbackOf(s.g.policy.Load(), &req))
+	grantDegraded(&req, &d)
 	return d, err
+}
+
+// Budgets reports whether the wrapped store decides groups and budget
+// operations (storekit.BudgetStore).
+func (s *Store) Budgets() bool { return storekit.HasBudgets(s.inner) }
+
+// budgetRequest reports whether req is a group or a budget operation.
+func budgetRequest(req *floodgate.Request) bool {
+	return req.Group != nil || req.AtMost || req.Refund || req.Reserve != nil || req.Settle != nil ||
+		req.Policy != nil && req.Policy.Align == "calendar"
+}
+
+// errFallbackNoBudgets is the error of a fallback store asked to decide a
+// group or budget operation it does not implement.
+var errFallbackNoBudgets = fmt.Errorf("failure: fallback store: %w", errors.ErrUnsupported)
+
+// grantDegraded sets the Granted of an allowed degraded add, partial grant
+// or reservation (and their peeks) that the failure policy made without a
+// store's numbers: the request passes in full.
+func grantDegraded(req *floodgate.Request, d *floodgate.Decision) {
+	if d.Degraded && d.Allowed && d.Granted == 0 && !req.Refund && req.Settle == nil {
+		d.Granted = req.N
+	}
 }
 
 // TakeBatch decides reqs in one call to the wrapped store (which must be a
@@ -107,7 +136,9 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		}
 		if !ok {
 			s.g.observe(opOf(&reqs[i]), nodes[i], 0, ErrBreakerOpen)
-			out[i] = storekit.Outcome{Decision: s.g.degrade(ctx, p, nodes[i], ErrBreakerOpen, s.fallbackOf(p, &reqs[i]))}
+			d := s.g.degrade(ctx, p, nodes[i], ErrBreakerOpen, s.fallbackOf(p, &reqs[i]))
+			grantDegraded(&reqs[i], &d)
+			out[i] = storekit.Outcome{Decision: d}
 			continue
 		}
 		probes[i] = probe
@@ -160,6 +191,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		}
 		if err != nil {
 			d = s.g.degrade(ctx, p, nodes[i], err, s.fallbackOf(p, &reqs[i]))
+			grantDegraded(&reqs[i], &d)
 		}
 		out[i] = storekit.Outcome{Decision: d}
 	}
@@ -169,8 +201,11 @@ func (s *Store) fallbackOf(p *Policy, req *floodgate.Request) func(context.Conte
 	if p.Fallback == nil {
 		return nil
 	}
-	r := *req
-	return func(ctx context.Context) (floodgate.Decision, error) { return p.Fallback.Take(ctx, r) }
+	r, fb := *req, p.Fallback
+	if budgetRequest(&r) && !storekit.HasBudgets(fb) {
+		return func(context.Context) (floodgate.Decision, error) { return floodgate.Decision{}, errFallbackNoBudgets }
+	}
+	return func(ctx context.Context) (floodgate.Decision, error) { return fb.Take(ctx, r) }
 }
 
 // Reset forgets key's state under p in the wrapped store, within the
@@ -198,6 +233,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Interface guards.
 var (
-	_ storekit.BatchStore = (*Store)(nil)
-	_ storekit.Pinger     = (*Store)(nil)
+	_ storekit.BatchStore  = (*Store)(nil)
+	_ storekit.BudgetStore = (*Store)(nil)
+	_ storekit.Pinger      = (*Store)(nil)
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,8 +148,14 @@ type diffKey struct {
 // across windows) and backwards (only where rule 1 makes the answer
 // defined), peeks, resets and adds costs from 1 to beyond the max. It
 // returns the number of operations run.
+//
+// When both stores implement storekit.BudgetStore, it runs
+// DifferentialBudgets instead.
 func Differential(t testing.TB, c Chooser, a, b floodgate.Store, clock *ManualClock, name string, ops int) int {
 	t.Helper()
+	if storekit.HasBudgets(a) && storekit.HasBudgets(b) {
+		return DifferentialBudgets(t, c, a, b, clock, name, ops)
+	}
 	ctx := context.Background()
 	p := RandomPolicy(c, name)
 	if err := p.Validate(); err != nil {
@@ -226,4 +233,121 @@ func describe(history []Op, key string) string {
 		}
 	}
 	return b.String()
+}
+
+// DifferentialBudgets is Differential over the operations of groups and
+// budgets: a group of one to three random policies (calendar windows among
+// them) on one key or a key per member, and adds, peeks, partial grants
+// and their peeks, reservations, settles of earlier reservations, refunds
+// and resets, with the clock moving forwards only. It compares every
+// decision, Granted and Binding included, and every reservation's holds.
+// Both stores must implement storekit.BudgetStore.
+func DifferentialBudgets(t testing.TB, c Chooser, a, b floodgate.Store, clock *ManualClock, name string, ops int) int {
+	t.Helper()
+	ctx := context.Background()
+	ps := make([]floodgate.Policy, 1+c.IntN(3))
+	for i := range ps {
+		ps[i] = RandomPolicy(c, name+"-"+string(rune('a'+i)))
+		if c.IntN(6) == 0 {
+			ps[i] = floodgate.Policy{Name: ps[i].Name, Algorithm: floodgate.FixedWindow, Max: c.IntN(7),
+				Align: "calendar", Period: pick(c, "day", "week", "month"), TZ: pick(c, "", "America/New_York", "Europe/Paris", "Australia/Lord_Howe")}
+		}
+		if err := ps[i].Validate(); err != nil {
+			t.Fatalf("an invalid policy: %v", err)
+		}
+	}
+	desc := make([]string, len(ps))
+	for i := range ps {
+		desc[i] = ps[i].String()
+	}
+	shared := c.IntN(2) == 0 // one key for every member
+	type reservation struct {
+		a, b *floodgate.Reservation
+		keys []string
+	}
+	var reservations []reservation
+	var history []string
+	now := BaseMicros + c.IntN(1_000_000_000)
+	ran := 0
+	for i := 0; i < ops && !c.Done(); i++ {
+		switch c.IntN(10) {
+		case 0, 1, 2:
+		case 3, 4:
+			now += c.IntN(1000)
+		case 5, 6, 7:
+			now += c.IntN(3_000_000)
+		case 8:
+			now += c.IntN(200_000_000)
+		case 9:
+			now += c.IntN(40 * 86_400_000_000) // across calendar periods
+		}
+		clock.SetMicros(now)
+		keys := make([]string, len(ps))
+		for k := range keys {
+			if k == 0 || !shared {
+				keys[k] = pick(c, DiffKeys[:3]...)
+			} else {
+				keys[k] = keys[0]
+			}
+		}
+		op := pick(c, "add", "add", "add", "peek", "add_at_most", "peek_at_most", "reserve", "reserve", "settle", "settle", "refund", "reset")
+		n := pick(c, 1, 1, 2, 3, 1+c.IntN(12), floodgate.MaxCost)
+		if op == "settle" && len(reservations) == 0 {
+			op = "add"
+		}
+		var r reservation
+		if op == "settle" {
+			r = reservations[c.IntN(int64(len(reservations)))]
+			keys = r.keys
+		}
+		history = append(history, fmt.Sprintf("at %d %s %q n=%d", now, op, keys, n))
+		ran++
+		if op == "reset" {
+			for _, s := range []floodgate.Store{a, b} {
+				for k := range ps {
+					if err := s.Reset(ctx, &ps[k], keys[k]); err != nil {
+						t.Fatalf("%v: Reset: %v", desc, err)
+					}
+				}
+			}
+			continue
+		}
+		req := floodgate.Request{Policy: &ps[0], Key: keys[0], N: n}
+		for k := 1; k < len(ps); k++ {
+			req.Group = append(req.Group, floodgate.Request{Policy: &ps[k], Key: keys[k]})
+		}
+		reqA, reqB := req, req
+		switch op {
+		case "peek":
+			reqA.Peek, reqB.Peek = true, true
+		case "add_at_most", "peek_at_most":
+			reqA.AtMost, reqB.AtMost = true, true
+			reqA.Peek, reqB.Peek = op == "peek_at_most", op == "peek_at_most"
+		case "reserve":
+			r = reservation{a: new(floodgate.Reservation), b: new(floodgate.Reservation), keys: keys}
+			reqA.Reserve, reqB.Reserve = r.a, r.b
+		case "settle":
+			if !r.a.Decision.Allowed {
+				reqA.Peek, reqB.Peek, reqA.N, reqB.N = true, true, 1, 1
+				break
+			}
+			x := 1 + c.IntN(r.a.N)
+			reqA.Settle, reqB.Settle, reqA.N, reqB.N = r.a, r.b, x, x
+		case "refund":
+			reqA.Refund, reqB.Refund = true, true
+		}
+		da, errA := a.Take(ctx, reqA)
+		db, errB := b.Take(ctx, reqB)
+		if errA != nil || errB != nil || da != db {
+			t.Fatalf("stores disagree on %v (shared key %t):\n  %s\n  first:  %+v (err %v)\n  second: %+v (err %v)",
+				desc, shared, strings.Join(history, "\n  "), da, errA, db, errB)
+		}
+		if op == "reserve" {
+			if !slices.Equal(r.a.Holds, r.b.Holds) || r.a.Decision != r.b.Decision {
+				t.Fatalf("stores disagree on a reservation of %v:\n  %s\n  first:  %+v\n  second: %+v", desc, strings.Join(history, "\n  "), r.a, r.b)
+			}
+			reservations = append(reservations, r)
+		}
+	}
+	return ran
 }

@@ -20,10 +20,10 @@ type member struct {
 	key    string
 	h      uint64
 	sh     *shard
-	e      *entry // nil until found or made
-	fresh  bool   // e was made for this request
-	live   bool   // e held anything before the operation (usage tracking)
-	bounds algo.Bounds
+	e      *entry       // nil until found or made
+	fresh  bool         // e was made for this request
+	live   bool         // e held anything before the operation (usage tracking)
+	bounds *algo.Bounds // a calendar window's, else nil
 }
 
 // takeBudget decides a request with a group, a budget operation or a
@@ -62,7 +62,7 @@ func (s *Store) takeBudget(req *floodgate.Request) (floodgate.Decision, error) {
 			if err != nil {
 				return floodgate.Decision{}, err
 			}
-			ms[i].bounds = b
+			ms[i].bounds = (*algo.Bounds)(&b)
 		}
 	}
 
@@ -119,10 +119,7 @@ func (s *Store) takeBudget(req *floodgate.Request) (floodgate.Decision, error) {
 	ams := am[:len(ms)]
 	for i := range ms {
 		m := &ms[i]
-		ams[i] = algo.Member{Policy: &m.pr.Policy, State: &m.e.st, Born: &m.e.born}
-		if m.pr.Value {
-			ams[i].Bounds = &m.bounds
-		}
+		ams[i] = algo.Member{Policy: &m.pr.Policy, State: &m.e.st, Born: &m.e.born, Bounds: m.bounds}
 		m.live = m.e.keep(now)
 	}
 	var o algo.Outcome

@@ -144,8 +144,9 @@ end
 
 -- HB is what the last decide left for a reservation's hold (SPEC.md,
 -- "Reserve, settle, refund"): at, its now after rule 1; born, the state's
--- birth after the call (0 without a state); tq and tr, gcra's tat after
--- the call (0 for the other algorithms). CAL holds the bounds b0..b3 of
+-- birth after the call (0 without a state); tq and tr, the Go twin's A
+-- and B after the call: gcra's tat (µs, remainder), fixed_window's start
+-- and count, token_bucket's creation and U (0 for the other algorithms). CAL holds the bounds b0..b3 of
 -- the calendar fixed_window being decided (group.lua sets it).
 local HB = {at = 0, born = 0, tq = 0, tr = 0}
 local CAL = {0, 0, 0, 0}

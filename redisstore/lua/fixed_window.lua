@@ -67,7 +67,7 @@ local function fixed_window_decide(keys, p, now, n, peek)
     if n > max then retry = -1 else retry = reset end
   end
   if record and not live then born = now end
-  HB.at, HB.born, HB.tq, HB.tr = now, born, 0, 0
+  HB.at, HB.born, HB.tq, HB.tr = now, born, start, after
   if record and not peek then
     local v = struct.pack('<dddd', start, after, now, born)
     if live then

@@ -202,9 +202,11 @@ local function group_entry(keys, args)
     for _, m in ipairs(ms) do
       local h = nil
       if op == 'settle' then h = m.hold end
+      if m.cal then CAL = m.cal end
       m.alg[3](m.keys, m.p, now, n, h)
     end
     allowed, remaining, retry, reset, member, binding = group_add(ms, now, 1, true, nil)
+    if allowed then granted = 1 end -- peek 1's
   else
     local peek = op == 'peek' or op == 'peekatmost'
     if op == 'atmost' or op == 'peekatmost' then

@@ -75,7 +75,7 @@ local function token_bucket_decide(keys, p, now, n, peek)
     end
   end
   if record and not live then born = now end
-  HB.at, HB.born, HB.tq, HB.tr = now, born, 0, 0
+  HB.at, HB.born, HB.tq, HB.tr = now, born, created, aq * w + ar
   if record and not peek then
     local v = struct.pack('>i7i7i7i7i7i7', created, now, aq, ar, w, born)
     if live then

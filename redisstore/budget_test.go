@@ -182,3 +182,80 @@ func TestCalendarDST(t *testing.T) {
 	}
 	t.Logf("%d calendar steps: Redis and the Go twin agree", steps)
 }
+
+// TestReserveSettleTwoProcesses: 64 goroutines on each of two Store
+// values reserve 3 units of a group (a token bucket without refill and a
+// fixed window, one key) and settle what they did not use. No decision
+// reports a budget below 0 or above its max, and at the end each policy
+// has spent exactly the units used.
+func TestReserveSettleTwoProcesses(t *testing.T) {
+	srv := redistest.StartServer(t)
+	a, b := newStore(t, client(t, srv)), newStore(t, client(t, srv))
+	ctx := context.Background()
+	tb, fw := mustPolicy(t, "tb", "token_bucket 200/24h burst 200"), mustPolicy(t, "fw", "fixed_window 150/24h")
+	group := func() floodgate.Request {
+		return floodgate.Request{Policy: &tb, Key: "k", N: 3, Group: []floodgate.Request{{Policy: &fw, Key: "k"}}}
+	}
+	var mu sync.Mutex
+	used := int64(0)
+	var wg sync.WaitGroup
+	for si, s := range []*redisstore.Store{a, b} {
+		for g := 0; g < 64; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 4; i++ {
+					req := group()
+					r := &floodgate.Reservation{}
+					req.Reserve = r
+					d, err := s.Take(ctx, req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Remaining < 0 || d.Remaining > 150 {
+						t.Errorf("reserve: remaining %d outside 0 to 150", d.Remaining)
+					}
+					if !d.Allowed {
+						continue
+					}
+					u := int64((si + g + i) % 4) // 0 to 3 used
+					mu.Lock()
+					used += u
+					mu.Unlock()
+					if u == 3 {
+						continue
+					}
+					st := group()
+					st.N, st.Settle = 3-u, r
+					d, err = s.Take(ctx, st)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Remaining < 0 || d.Remaining > 150 {
+						t.Errorf("settle: remaining %d outside 0 to 150", d.Remaining)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for _, c := range []struct {
+		p   *floodgate.Policy
+		max int64
+	}{{&tb, 200}, {&fw, 150}} {
+		d, err := a.Take(ctx, floodgate.Request{Policy: c.p, Key: "k", N: 1, Peek: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := d.Remaining
+		if d.Allowed {
+			left++
+		}
+		if spent := c.max - left; spent != used {
+			t.Errorf("%s spent %d, the settled reservations used %d", c.p.Name, spent, used)
+		}
+	}
+	t.Logf("%d units used", used)
+}

@@ -16,7 +16,7 @@ import (
 	"github.com/floodgatehq/floodgate/storekit"
 )
 
-func mustPolicy(t *testing.T, name, text string) floodgate.Policy {
+func mustPolicy(t testing.TB, name, text string) floodgate.Policy {
 	t.Helper()
 	p, err := floodgate.ParsePolicy(name, text)
 	if err != nil {

@@ -93,11 +93,13 @@ func (s *Store) takeBudget(ctx context.Context, req *floodgate.Request) (floodga
 			copy(h[:], r.Holds[storekit.HoldWords*i:])
 		}
 		var x strings.Builder
-		for j, v := range append(b[:], h[:]...) {
-			if j > 0 {
-				x.WriteByte(' ')
+		if p.Align == calendar || req.Settle != nil {
+			for j, v := range append(b[:], h[:]...) {
+				if j > 0 {
+					x.WriteByte(' ')
+				}
+				x.WriteString(strconv.FormatInt(v, 10))
 			}
-			x.WriteString(strconv.FormatInt(v, 10))
 		}
 		args = append(args, pr.params, x.String())
 	}

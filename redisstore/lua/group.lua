@@ -11,9 +11,9 @@
 --          reserve, settle, refund; n the cost (for a settle, the units to
 --          give back); now in µs, or - for the server's TIME
 -- args[2i], args[2i+1]  member i's parameters (as common.lua's args[1])
---          and "<b0> <b1> <b2> <b3> <at> <born> <tq> <tr>": the calendar
---          bounds (0 0 0 0 for other policies) and, for a settle, the
---          member's hold
+--          and, for a calendar window or a settle, "<b0> <b1> <b2> <b3>
+--          <at> <born> <tq> <tr>": the calendar bounds (0 0 0 0 for other
+--          policies) and, for a settle, the member's hold (else empty)
 -- Reply: {allowed 0/1, remaining, retry_after µs (-1: never), reset_after
 -- µs, member (0-based), the member's binding limit, granted}, then for a
 -- reserve each member's at, born, tq and tr.
@@ -170,7 +170,8 @@ local function group_entry(keys, args)
     local alg = ALGOS[f1]
     local p = P[args[i]]
     if not p then p = params(args[i], alg[1]) end
-    local x = fields(args[i + 1])
+    local x = {}
+    if #args[i + 1] > 0 then x = fields(args[i + 1]) end
     local m = {p = p, alg = alg, keys = {}}
     for j = 1, p.nkeys do m.keys[j] = keys[off + j] end
     off = off + p.nkeys
@@ -192,7 +193,9 @@ local function group_entry(keys, args)
         return redis.error_reply('ERR floodgate: calendar bounds of member ' .. fmt(#ms) .. ' do not cover the store clock')
       end
     end
-    m.hold = {at = tonumber(x[5]), born = tonumber(x[6]), tq = tonumber(x[7]), tr = tonumber(x[8])}
+    if op == 'settle' then
+      m.hold = {at = tonumber(x[5]), born = tonumber(x[6]), tq = tonumber(x[7]), tr = tonumber(x[8])}
+    end
     ms[#ms + 1] = m
   end
 

@@ -14,6 +14,7 @@ import (
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/redisstore"
 	"github.com/floodgatehq/floodgate/storekit"
+	"github.com/floodgatehq/floodgate/usage"
 )
 
 func mustPolicy(t testing.TB, name, text string) floodgate.Policy {
@@ -258,4 +259,57 @@ func TestReserveSettleTwoProcesses(t *testing.T) {
 		}
 	}
 	t.Logf("%d units used", used)
+}
+
+// TestHashTagLayout: under hash_tag, keys that begin with one {tag} share
+// its slot and list back as themselves; a key without a leading tag, or
+// whose tag is the whole key, keeps a name and a counter of its own.
+func TestHashTagLayout(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := newStore(t, clusterClient(t, cl))
+	ctx := context.Background()
+	p := floodgate.Policy{Name: "ht", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, HashTag: true, Track: true}
+	keys := []string{"{org7}", "{org7}user3", "{org7}user9", "org7", "{org7}}", "{org7}{x}%", "{}a", "{"}
+	for i, key := range keys {
+		for j := 0; j <= i; j++ {
+			if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: key, N: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Each key its own counter: key i was added i+1 times.
+	for i, key := range keys {
+		d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: key, N: 1, Peek: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := max(0, int64(5-(i+1)-1)); d.Remaining != want || d.Allowed != (i+1 < 5) {
+			t.Errorf("key %q: %+v, want remaining %d", key, d, want)
+		}
+	}
+	slot := func(k string) int64 {
+		r, err := cl.Nodes[0].Do(t, "CLUSTER", "KEYSLOT", k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.(int64)
+	}
+	for _, name := range []string{"fg:ht:{org7}user3}:fw", "fg:ht:{org7}user9}:fw", "fg:ht:{org7}}:fw", "fg:ht:{org7}%7Bx%7D%25}:u"} {
+		if slot(name) != slot("org7") {
+			t.Errorf("%s is not on org7's slot", name)
+		}
+	}
+	recs, err := s.TopKeys(ctx, "ht", usage.ByRequests, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, r := range recs {
+		got[r.Key] = r.Requests
+	}
+	for i, key := range keys {
+		if got[key] != int64(i+1) {
+			t.Errorf("listing: key %q has %d requests, want %d (all: %v)", key, got[key], i+1, got)
+		}
+	}
 }

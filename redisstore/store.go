@@ -20,18 +20,6 @@
 // leading "{tag}" instead (SPEC.md, "Keys in Redis"). Every key written
 // carries a TTL of the state's own horizon (rounded up to the millisecond).
 //
-# Budgets
-
-The store is a storekit.BudgetStore: a group of members, a partial
-grant, a reservation, a settle, a refund or a calendar window is one call
-of one more function of the library (group.lua; FCALL even for a peek),
-over every member's keys, which must share a slot on a Cluster (one key's
-policies always do; different keys with Policy.HashTag and one leading
-"{tag}"): a group over two slots is refused with an error wrapping
-storekit.ErrCrossSlot before anything is sent. A calendar window's bounds
-come from the caller's clock and time-zone data (storekit.CalendarBounds);
-the script picks the window of its own clock among them.
-
 // The functions form one library, loaded once per master by Preload (or
 // by the first call that finds it missing); replicas receive it from
 // their masters. Its name and its functions' names carry a digest of its
@@ -44,6 +32,18 @@ the script picks the window of its own clock among them.
 // FUNCTION but allows scripts) the store switches, once and for good,
 // to the same Lua as scripts (EVALSHA, EVAL on NOSCRIPT); that path needs
 // Redis 6.0 or later.
+//
+// # Budgets
+//
+// The store is a storekit.BudgetStore: a group of members, a partial
+// grant, a reservation, a settle, a refund or a calendar window is one call
+// of one more function of the library (group.lua; FCALL even for a peek),
+// over every member's keys, which must share a slot on a Cluster (one key's
+// policies always do; different keys with Policy.HashTag and one leading
+// "{tag}"): a group over two slots is refused with an error wrapping
+// storekit.ErrCrossSlot before anything is sent. A calendar window's bounds
+// come from the caller's clock and time-zone data (storekit.CalendarBounds);
+// the script picks the window of its own clock among them.
 //
 // # Reading from replicas
 //

@@ -67,6 +67,12 @@ end
 -- members as one group (algo.Add), returning allowed, the decisions, the
 -- waits and the verdicts, and filling holds[i] from each recording add.
 local function group_add(ms, now, n, peek, holds)
+  if #ms == 1 then
+    -- A group of one decides exactly as its member alone: once.
+    local d = dec(ms[1], now, n, peek)
+    if holds then holds[1] = {HB.at, HB.born, HB.tq, HB.tr} end
+    return d[1], d[2], d[3], d[4], 1, d[5], {d}
+  end
   local verdicts, pd, allowed = {}, {}, true
   for i, m in ipairs(ms) do
     pd[i] = dec(m, now, n, true)

@@ -32,6 +32,27 @@
 //
 //	p, err := floodgate.ParsePolicy("login", "sliding_window 1/5s resolution 1s, 5/1h resolution 10m")
 //
+// # Budgets
+//
+// A Limiter over several policies decides each call on all of them in one
+// atomic step, spending on all or none; AllowAtMost grants what is left up
+// to n; Reserve and Settle take an estimate first and give back what went
+// unused; Refund gives units back; a FixedWindow policy with Align
+// "calendar" counts per calendar day, ISO week or month in a time zone
+// (SPEC.md, "Atomic groups" and after):
+//
+//	perMinute, _ := floodgate.ParsePolicy("tpm", "token_bucket 1000/1m burst 1000")
+//	perMonth, _ := floodgate.ParsePolicy("tpmo", "fixed_window 100000/1month align calendar tz Europe/Paris")
+//	lim, err := floodgate.NewLimiter(store, perMinute, perMonth)
+//	r, err := lim.Reserve(ctx, tenant, 800) // r.Decision says whether it passed
+//	// ... the work used 300 units
+//	d, err := lim.Settle(ctx, r, 300)       // 500 back to both policies
+//
+// These need a store that implements storekit.BudgetStore (memstore and
+// redisstore do);
+// with any other the Limiter returns an error wrapping errors.ErrUnsupported.
+// docs/budgets.md has the details.
+//
 // # Concepts
 //
 // A Policy names an algorithm and its parameters. A Store keeps the state of
@@ -49,7 +70,7 @@
 //
 // A denial is a Decision, never an error. Errors wrap the sentinels of this
 // package (ErrInvalidPolicy, ErrInvalidKey, ErrInvalidCost, ErrClosed,
-// ErrUnavailable, ErrNeverAllowed, ErrWouldExceedDeadline), so callers test
+// ErrUnavailable, ErrNeverAllowed, ErrWouldExceedDeadline, ErrSettled), so callers test
 // them with errors.Is; they never contain the key being limited.
 //
 // Every exported function and method of this package is safe for concurrent

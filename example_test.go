@@ -187,3 +187,60 @@ func Example_gcra() {
 	// t=0s     n=1: denied limit=10 remaining=0 retry_after=100ms reset_after=200ms
 	// t=150ms  n=1: allowed limit=10 remaining=0 retry_after=0s reset_after=150ms
 }
+
+// A Limiter over two policies spends on both or neither: a tenant's tokens
+// per minute and per calendar day, reserved before an LLM completion and
+// settled with what it used.
+func ExampleLimiter_Reserve() {
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	perMinute, _ := floodgate.ParsePolicy("tokens-per-minute", "token_bucket 1000/1m burst 1000")
+	perDay, _ := floodgate.ParsePolicy("tokens-per-day", "fixed_window 5000/1day align calendar tz Europe/Paris")
+	lim, err := floodgate.NewLimiter(store, perMinute, perDay)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	r, err := lim.Reserve(ctx, "tenant-7", 800) // the most the completion may use
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(r.Decision.Allowed, r.Decision.Remaining)
+	// ... the completion used 300 tokens: give back the other 500.
+	d, err := lim.Settle(ctx, r, 300)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(d.Remaining) // a peek of 1 after the settle
+	// Output:
+	// true 200
+	// 699
+}
+
+// AllowAtMost grants what is left, up to n, and says how much.
+func ExampleLimiter_AllowAtMost() {
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	lim, err := floodgate.NewLimiter(store, floodgate.Policy{Name: "rows", Algorithm: floodgate.FixedWindow, Max: 250, Window: time.Minute, Align: floodgate.AlignFirst})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		d, err := lim.AllowAtMost(ctx, "export-1", 100)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(d.Allowed, d.Granted)
+	}
+	// Output:
+	// true 100
+	// true 100
+	// true 50
+}

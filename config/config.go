@@ -556,7 +556,7 @@ func (r *reader) breaker(n *yaml.Node, b *failure.Breaker) {
 // policyFields are the keys of a policy written as a mapping: SPEC.md's
 // names, as floodgate.Policy's JSON form.
 var policyFields = []string{"algorithm", "limits", "max", "limit", "window", "align", "burst", "interval",
-	"min_interval", "rate", "count_denied", "track", "retention"}
+	"min_interval", "rate", "count_denied", "track", "retention", "period", "tz", "hash_tag"}
 
 func (r *reader) policies(n *yaml.Node, cfg *Config) {
 	fs, ok := r.mapping(n, "policies")
@@ -690,7 +690,7 @@ func (r *reader) policyJSON(fs map[string]field, path string) (m map[string]any,
 			v, good = r.limitsJSON(f.value, fp)
 		case "max", "limit", "burst":
 			v, good = r.number(f.value, fp)
-		case "count_denied":
+		case "count_denied", "hash_tag":
 			v, good = r.boolean(f.value, fp)
 		case "track":
 			v, good = r.track(f.value, fp)

@@ -70,7 +70,7 @@ func checkErrors(t *testing.T, got, want []string) {
 // TestNativeErrors checks the exact errors of invalid files in
 // floodgate's own format.
 func TestNativeErrors(t *testing.T) {
-	const allowedPolicy = "algorithm, limits, max, limit, window, align, burst, interval, min_interval, rate, count_denied, track, retention"
+	const allowedPolicy = "algorithm, limits, max, limit, window, align, burst, interval, min_interval, rate, count_denied, track, retention, period, tz, hash_tag"
 	cases := []struct {
 		name string
 		file string
@@ -1054,5 +1054,40 @@ policies:
 `))
 	if err == nil || !strings.Contains(err.Error(), "f.yaml:6: policies.uploads.track: 1m for 1m30s: want a retention that is a whole multiple of the resolution") {
 		t.Errorf("a bad series: %v", err)
+	}
+}
+
+// TestPolicyCalendar: a calendar window and hash_tag, as text and as a
+// mapping; a bad zone is reported at its line.
+func TestPolicyCalendar(t *testing.T) {
+	cfg, err := Parse(src("f.yaml", `
+policies:
+  monthly: "fixed_window 1000/1month align calendar tz Europe/Paris"
+  daily:
+    algorithm: fixed_window
+    max: 50
+    align: calendar
+    period: day
+    tz: America/New_York
+    hash_tag: true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Policies) != 2 || cfg.Policies[0].String() != "fixed_window 1000/1month align calendar tz Europe/Paris" ||
+		cfg.Policies[1].String() != "fixed_window 50/1day align calendar tz America/New_York hash_tag" {
+		t.Errorf("policies: %v", cfg.Policies)
+	}
+	_, err = Parse(src("f.yaml", `
+policies:
+  daily:
+    algorithm: fixed_window
+    max: 50
+    align: calendar
+    period: day
+    tz: Mars/Olympus
+`))
+	if err == nil || !strings.Contains(err.Error(), "f.yaml:7: policies.daily.tz") {
+		t.Errorf("a bad zone: %v", err)
 	}
 }

@@ -16,7 +16,8 @@ func (s *Store) Budgets() bool { return true }
 
 // member is one member of a budget request as takeBudget holds it.
 type member struct {
-	pr     *prepared
+	p      *floodgate.Policy // the request's
+	pr     *prepared         // p as the store prepared it
 	key    string
 	h      uint64
 	sh     *shard
@@ -38,20 +39,69 @@ func (s *Store) takeBudget(req *floodgate.Request) (floodgate.Decision, error) {
 	if err := storekit.CheckRequest(req, s.maxKeyLen); err != nil {
 		return floodgate.Decision{}, err
 	}
-	var buf [storekit.MaxMembers]member
-	ms := buf[:len(req.Group)+1]
+	// Room for small groups on the stack; larger ones allocate.
+	var buf [4]member
+	ms := buf[:]
+	if n := len(req.Group) + 1; n <= len(buf) {
+		ms = buf[:n]
+	} else {
+		ms = make([]member, n)
+	}
 	for i := range ms {
 		p, key := req.Policy, req.Key
 		if i > 0 {
 			p, key = req.Group[i-1].Policy, req.Group[i-1].Key
 		}
-		pr, err := s.policies.Get(p)
-		if err != nil {
-			return floodgate.Decision{}, err
-		}
 		h := s.hash(key)
-		ms[i] = member{pr: pr, key: key, h: h, sh: s.shardOf(h)}
+		ms[i] = member{p: p, key: key, h: h, sh: s.shardOf(h)}
 	}
+
+	// Lock every member's shard once, in increasing index order. A
+	// member whose entry was last decided under the request's own policy
+	// value takes the entry's prepared policy; the others are prepared
+	// (validated, the first time) with the locks released, then the
+	// entries are looked up again.
+	var order [storekit.MaxMembers]uint64
+	locks := order[:0]
+	for i := range ms {
+		if idx := ms[i].h & s.mask; !slices.Contains(locks, idx) {
+			locks = append(locks, idx)
+		}
+	}
+	slices.Sort(locks)
+	unlock := func() {
+		for _, idx := range locks {
+			s.shards[idx].mu.Unlock()
+		}
+	}
+	for {
+		for _, idx := range locks {
+			s.shards[idx].mu.Lock()
+		}
+		missing := false
+		for i := range ms {
+			m := &ms[i]
+			m.e = m.sh.find(m.h, m.p.Name, m.key)
+			if m.pr == nil && m.e != nil && m.e.policy.Source == m.p {
+				m.pr = m.e.policy
+			}
+			missing = missing || m.pr == nil
+		}
+		if !missing {
+			break
+		}
+		unlock()
+		for i := range ms {
+			if m := &ms[i]; m.pr == nil {
+				pr, err := s.policies.Get(m.p)
+				if err != nil {
+					return floodgate.Decision{}, err
+				}
+				m.pr = pr
+			}
+		}
+	}
+	defer unlock()
 	now := s.now()
 	if now < 0 || now > algo.MaxNow {
 		return floodgate.Decision{}, errClock(now)
@@ -66,30 +116,12 @@ func (s *Store) takeBudget(req *floodgate.Request) (floodgate.Decision, error) {
 		}
 	}
 
-	// Lock every member's shard once, in increasing index order.
-	var order [storekit.MaxMembers]uint64
-	locks := order[:0]
-	for i := range ms {
-		if idx := ms[i].h & s.mask; !slices.Contains(locks, idx) {
-			locks = append(locks, idx)
-		}
-	}
-	slices.Sort(locks)
-	for _, idx := range locks {
-		s.shards[idx].mu.Lock()
-	}
-	defer func() {
-		for _, idx := range locks {
-			s.shards[idx].mu.Unlock()
-		}
-	}()
-
 	// An add that may record makes an entry for every member that has
 	// none, before deciding: if a shard has no room, nothing is decided.
 	records := !req.Peek && !req.Refund && req.Settle == nil
+	inserted := false
 	for i := range ms {
 		m := &ms[i]
-		m.e = m.sh.find(m.h, m.pr.Policy.Name, m.key)
 		if m.e != nil {
 			m.e.adopt(m.pr)
 			continue
@@ -101,9 +133,10 @@ func (s *Store) takeBudget(req *floodgate.Request) (floodgate.Decision, error) {
 				s.refused.Add(1)
 				return floodgate.Decision{}, err
 			}
+			inserted = true
 		}
 	}
-	if records {
+	if inserted {
 		// Making room for one member may have forgotten another's empty
 		// entry: then the group does not fit.
 		for i := range ms {
@@ -115,8 +148,13 @@ func (s *Store) takeBudget(req *floodgate.Request) (floodgate.Decision, error) {
 		}
 	}
 
-	var am [storekit.MaxMembers]algo.Member
-	ams := am[:len(ms)]
+	var amBuf [4]algo.Member
+	var holdsBuf [4]algo.Hold
+	ams, holds := amBuf[:], holdsBuf[:]
+	if len(ms) > len(amBuf) {
+		ams, holds = make([]algo.Member, len(ms)), make([]algo.Hold, len(ms))
+	}
+	ams = ams[:len(ms)]
 	for i := range ms {
 		m := &ms[i]
 		ams[i] = algo.Member{Policy: &m.pr.Policy, State: &m.e.st, Born: &m.e.born, Bounds: m.bounds}
@@ -124,14 +162,13 @@ func (s *Store) takeBudget(req *floodgate.Request) (floodgate.Decision, error) {
 	}
 	var o algo.Outcome
 	var err error
-	var holds [storekit.MaxMembers]algo.Hold
 	switch {
 	case req.AtMost:
 		err = algo.AddAtMost(ams, now, req.N, req.Peek, &o)
 	case req.Refund:
 		err = algo.Refund(ams, now, req.N, &o)
 	case req.Reserve != nil:
-		err = algo.Reserve(ams, now, req.N, &o, holds[:len(ms)])
+		err = algo.Reserve(ams, now, req.N, &o, holds)
 	case req.Settle != nil:
 		r := req.Settle
 		for i := range ms {

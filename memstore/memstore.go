@@ -26,6 +26,14 @@
 // policy to decide, while the keys already held go on being decided
 // exactly. Stats counts what was swept, evicted and refused.
 //
+// # Budgets
+//
+// A Store implements storekit.BudgetStore: groups of policies and keys
+// decided in one atomic step (every member's shard locked, in a fixed
+// order, around one call of the twin), partial grants, reservations,
+// settles, refunds and calendar windows, as SPEC.md defines them
+// (docs/budgets.md). It keeps each state's birth beside it for settles.
+//
 // A Store is safe for concurrent use by multiple goroutines.
 package memstore
 
@@ -206,7 +214,7 @@ func WithMaxKeys(n int) Option {
 }
 
 // WithUnbounded lifts the bound on the entries the store holds: it grows
-// with the number of keys holding state, without limit (about 120 to 300
+// with the number of keys holding state, without limit (about 135 to 310
 // bytes per key, docs/operations.md), so a flood of distinct keys can
 // exhaust the process's memory. Use it only where the keys are known to be
 // few. Of WithMaxKeys and WithUnbounded, the last given applies.

@@ -28,7 +28,7 @@ const (
 
 	// EntryBytes is the memory the default bound counts per entry: 512
 	// bytes. Measured with keys of 11 bytes after one request, an entry
-	// costs 119 bytes (fixed_window, token_bucket, gcra) to 295
+	// costs 135 bytes (fixed_window, token_bucket, gcra) to 311
 	// (sliding_window with two limits; docs/operations.md, "The memory
 	// store's bound"); the margin covers longer keys and logs of a few
 	// entries.

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // Bound returns the most cost SPEC.md lets an exact limiter admit to one
@@ -28,6 +29,10 @@ func Bound(p *floodgate.Policy, cost, first, last int64) int64 {
 	case floodgate.FixedWindow:
 		w := us(p.Window)
 		k := p.Max / cost
+		if p.Align == "calendar" {
+			n = mulSat(k, calendarWindows(p, first, last))
+			break
+		}
 		if p.Align == floodgate.AlignFirst {
 			n = mulSat(k, span/w+1)
 		} else {
@@ -129,4 +134,21 @@ func addSat(a, b int64) int64 {
 		return math.MaxInt64
 	}
 	return a + b
+}
+
+// calendarWindows returns how many windows of calendar policy p overlap
+// [first, last]: 1 plus the boundaries crossed.
+func calendarWindows(p *floodgate.Policy, first, last int64) int64 {
+	b, err := storekit.CalendarBounds(p, first)
+	if err != nil {
+		return math.MaxInt64 // not a calendar policy that loads: no bound
+	}
+	n := int64(1)
+	for b[2] <= last {
+		n++
+		if b, err = storekit.CalendarBounds(p, b[2]); err != nil {
+			return math.MaxInt64
+		}
+	}
+	return n
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/floodgatehq/floodgate"
 )
@@ -175,4 +176,30 @@ func Example_bound() {
 	start := int64(1_700_000_000_000_000)
 	fmt.Println(Bound(&p, 1, start, start+2_000_000))
 	// Output: 40
+}
+
+// TestBoundCalendar: a calendar window's bound counts the windows its span
+// touches, New York's short and long days included.
+func TestBoundCalendar(t *testing.T) {
+	p := floodgate.Policy{Name: "c", Algorithm: floodgate.FixedWindow, Max: 10, Align: "calendar", Period: "day", TZ: "America/New_York"}
+	at := func(s string) int64 {
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.UnixMicro()
+	}
+	for _, c := range []struct {
+		first, last string
+		want        int64
+	}{
+		{"2026-03-08T05:00:00Z", "2026-03-09T03:59:59Z", 10}, // the 23-hour day
+		{"2026-03-08T05:00:00Z", "2026-03-09T04:00:00Z", 20}, // and the next
+		{"2026-11-01T04:00:00Z", "2026-11-02T04:59:59Z", 10}, // the 25-hour day
+		{"2026-10-31T04:00:00Z", "2026-11-03T04:59:59Z", 30}, // three days
+	} {
+		if got := Bound(&p, 1, at(c.first), at(c.last)); got != c.want {
+			t.Errorf("Bound from %s to %s = %d, want %d", c.first, c.last, got, c.want)
+		}
+	}
 }

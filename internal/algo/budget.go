@@ -102,9 +102,14 @@ func Add(ms []Member, now, n int64, peek bool, o *Outcome) error {
 	if peek {
 		states = cloneMembers(ms) // decide on copies: the same code, nothing kept
 	}
-	var ds [storekit.MaxLimits]floodgate.Decision
-	var waits [storekit.MaxLimits]int64
-	var verdicts [storekit.MaxLimits]bool
+	// Room for small groups on the stack; larger ones allocate.
+	var dsBuf [4]floodgate.Decision
+	var waitsBuf [4]int64
+	var verdictsBuf [4]bool
+	ds, waits, verdicts := dsBuf[:], waitsBuf[:], verdictsBuf[:]
+	if len(ms) > len(dsBuf) {
+		ds, waits, verdicts = make([]floodgate.Decision, len(ms)), make([]int64, len(ms)), make([]bool, len(ms))
+	}
 	allowed := true
 	for i := range states {
 		var d floodgate.Decision

@@ -48,7 +48,8 @@
 //	// ... the work used 300 units
 //	d, err := lim.Settle(ctx, r, 300)       // 500 back to both policies
 //
-// These need a store that implements storekit.BudgetStore (memstore does);
+// These need a store that implements storekit.BudgetStore (memstore and
+// redisstore do);
 // with any other the Limiter returns an error wrapping errors.ErrUnsupported.
 // docs/budgets.md has the details.
 //

@@ -34,6 +34,12 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 			out[i] = storekit.Outcome{Err: err}
 			continue
 		}
+		if budgetOp(req) {
+			// One call of its own: group.lua's reply is another shape.
+			d, err := s.takeBudget(ctx, req)
+			out[i] = storekit.Outcome{Decision: d, Err: err}
+			continue
+		}
 		pr, err := s.prepare(req.Policy)
 		if err != nil {
 			out[i] = storekit.Outcome{Err: err}
@@ -65,6 +71,9 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 			continue
 		}
 		d, err := decode(c.reply, preps[j])
+		if d.Allowed {
+			d.Granted = reqs[i].N
+		}
 		out[i] = storekit.Outcome{Decision: d, Err: err}
 	}
 }

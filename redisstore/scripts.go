@@ -45,6 +45,7 @@ func luaFile(name string) string {
 var library = func() (lib struct {
 	name, src string
 	fns       map[floodgate.Algorithm][2]string // decide, peek
+	group     string                            // every other operation (group.lua)
 }) {
 	var body strings.Builder
 	body.WriteString(luaFile("common"))
@@ -55,8 +56,11 @@ var library = func() (lib struct {
 	sum := sha256.Sum256([]byte(body.String()))
 	digest := hex.EncodeToString(sum[:6])
 	lib.name = "floodgate_" + digest
+	body.WriteString("\n" + luaFile("group"))
 	lib.fns = make(map[floodgate.Algorithm][2]string)
 	var reg strings.Builder
+	lib.group = "fg_" + digest + "_group"
+	fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=group_entry}\n", lib.group)
 	for _, a := range storekit.Algorithms() {
 		decide, peek := "fg_"+digest+"_"+string(a), "fg_"+digest+"_"+string(a)+"_ro"
 		lib.fns[a] = [2]string{decide, peek}
@@ -85,6 +89,19 @@ func newScript(a floodgate.Algorithm, peek bool) *script {
 	sum := sha1.Sum([]byte(src))
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }
+
+// groupScript is the script of group.lua on servers without functions:
+// every file, then the call of group_entry.
+var groupScript = func() *script {
+	parts := []string{luaFile("common"), luaFile("lists")}
+	for _, a := range storekit.Algorithms() {
+		parts = append(parts, luaFile(string(a)))
+	}
+	parts = append(parts, luaFile("group"), "return group_entry(KEYS, ARGV)\n")
+	src := strings.Join(parts, "\n")
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}()
 
 // scripts holds the scripts of every algorithm, deciding [0] and peeking
 // [1].

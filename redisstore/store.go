@@ -8,13 +8,16 @@
 // Each decision is one call of a Redis function (FCALL; FCALL_RO for a
 // peek), the Lua twin of floodgate's Go algorithm, reading the server's
 // clock (TIME, unless WithClock gives the time) and writing the key's state
-// in one atomic step. All keys of one (policy, key) share one hash tag:
+// in one atomic step. All keys of one key, under every policy, share one
+// hash tag:
 //
-//	<prefix>:{<policy>:<key>}:<part>
+//	<prefix>:<policy>:{<key>}:<part>
 //
-// so each decision touches a single Redis Cluster slot; the key's "%", "{"
-// and "}" are escaped inside the tag ("%25", "%7B", "%7D"), so that a key
-// cannot end the tag early and steer itself to another slot. Every key written
+// so each decision, and each group over one key, touches a single Redis
+// Cluster slot; the key's "%", "{" and "}" are escaped inside the tag
+// ("%25", "%7B", "%7D"), so that a key cannot end the tag early and steer
+// itself to another slot. A policy with HashTag set hashes only a key's
+// leading "{tag}" instead (SPEC.md, "Keys in Redis"). Every key written
 // carries a TTL of the state's own horizon (rounded up to the millisecond).
 //
 // The functions form one library, loaded once per master by Preload (or
@@ -29,6 +32,18 @@
 // FUNCTION but allows scripts) the store switches, once and for good,
 // to the same Lua as scripts (EVALSHA, EVAL on NOSCRIPT); that path needs
 // Redis 6.0 or later.
+//
+// # Budgets
+//
+// The store is a storekit.BudgetStore: a group of members, a partial
+// grant, a reservation, a settle, a refund or a calendar window is one call
+// of one more function of the library (group.lua; FCALL even for a peek),
+// over every member's keys, which must share a slot on a Cluster (one key's
+// policies always do; different keys with Policy.HashTag and one leading
+// "{tag}"): a group over two slots is refused with an error wrapping
+// storekit.ErrCrossSlot before anything is sent. A calendar window's bounds
+// come from the caller's clock and time-zone data (storekit.CalendarBounds);
+// the script picks the window of its own clock among them.
 //
 // # Reading from replicas
 //
@@ -243,6 +258,9 @@ func (s *Store) Preload(ctx context.Context) error {
 			}
 		}
 	}
+	if err := s.b.loadScript(ctx, groupScript.src); err != nil {
+		return unavailable("loading scripts", err)
+	}
 	return nil
 }
 
@@ -308,8 +326,11 @@ func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 	case floodgate.FixedWindow:
 		tag, pr.parts = "fw", []string{"fw"}
 		align := string(floodgate.AlignEpoch)
-		if p.Align == floodgate.AlignFirst {
+		switch p.Align {
+		case floodgate.AlignFirst:
 			align = string(floodgate.AlignFirst)
+		case calendar:
+			align = string(calendar) // the window comes with each call
 		}
 		params = []string{num(p.Max), us(p.Window), align}
 		pr.limits = []int64{p.Max}
@@ -360,8 +381,13 @@ func tagSafe(key string) string {
 
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
-// tagUnsafe undoes tagSafe, for keys read back from Redis (listings).
+// tagUnsafe undoes tagSafe, for keys read back from Redis (listings): a
+// raw "}" in what lies between the tag's braces marks a key written by its
+// leading tag ("<tag>}<rest>", see keyHead).
 func tagUnsafe(key string) string {
+	if tag, rest, ok := strings.Cut(key, "}"); ok {
+		return "{" + tagUnsafe(tag) + "}" + tagUnsafe(rest)
+	}
 	if !strings.Contains(key, "%") {
 		return key
 	}
@@ -369,6 +395,39 @@ func tagUnsafe(key string) string {
 }
 
 var tagUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+
+// keyHead returns what every Redis key of key under the policy named name
+// begins with (SPEC.md, "Keys in Redis"): "<prefix>:<policy>:{<key>}:",
+// the key escaped by tagSafe, so that one key's policies share a slot. With
+// hashTag, a key that begins with "{tag}" is written
+// "<prefix>:<policy>:{<tag>}<rest>}:", both escaped: only the tag chooses
+// the slot, and the "}" that the escaped rest cannot contain keeps it apart
+// from the key "<tag>" written whole.
+func (s *Store) keyHead(name string, hashTag bool, key string) string {
+	if hashTag {
+		if tag, rest, ok := leadingTag(key); ok {
+			st, sr := tag, rest
+			if s.hashKey != nil {
+				st, sr = s.storedKey("{"+tag+"}"), s.storedKey(key)
+			}
+			return s.prefix + ":" + name + ":{" + tagSafe(st) + "}" + tagSafe(sr) + "}:"
+		}
+	}
+	return s.prefix + ":" + name + ":{" + tagSafe(s.storedKey(key)) + "}:"
+}
+
+// leadingTag splits a key that begins with "{tag}" (tag non-empty) into
+// the tag and the rest.
+func leadingTag(key string) (tag, rest string, ok bool) {
+	if len(key) < 3 || key[0] != '{' {
+		return "", "", false
+	}
+	end := strings.IndexByte(key[1:], '}')
+	if end < 1 {
+		return "", "", false
+	}
+	return key[1 : 1+end], key[2+end:], true
+}
 
 // storedKey returns the key as stored: the key itself, or its HMAC.
 func (s *Store) storedKey(key string) string {
@@ -383,7 +442,7 @@ func (s *Store) storedKey(key string) string {
 // keys returns the keys of one decision: the state keys, then the usage
 // hash when usage is tracked (or all is set, for Reset).
 func (s *Store) keys(p *floodgate.Policy, pr *prepared, key string, all bool) []string {
-	tag := s.prefix + ":{" + p.Name + ":" + tagSafe(s.storedKey(key)) + "}:"
+	tag := s.keyHead(p.Name, p.HashTag, key)
 	ks := make([]string, 0, 1+len(pr.parts))
 	for _, part := range pr.parts {
 		ks = append(ks, tag+part)
@@ -436,6 +495,9 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	if err := storekit.CheckRequest(&req, s.maxKeyLen); err != nil {
 		return floodgate.Decision{}, err
 	}
+	if budgetOp(&req) {
+		return s.takeBudget(ctx, &req)
+	}
 	pr, err := s.prepare(req.Policy)
 	if err != nil {
 		return floodgate.Decision{}, err
@@ -449,7 +511,11 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	if c.err != nil {
 		return floodgate.Decision{}, classify(ctx, c.err)
 	}
-	return decode(c.reply, pr)
+	d, err := decode(c.reply, pr)
+	if d.Allowed {
+		d.Granted = req.N
+	}
+	return d, err
 }
 
 // notRun reports whether err means that the call did not run and that

@@ -39,7 +39,7 @@ func (s *Store) TopKeys(ctx context.Context, policy string, by usage.Order, limi
 	if err != nil {
 		return nil, err
 	}
-	head := s.prefix + ":{" + policy + ":"
+	head := s.prefix + ":" + policy + ":{"
 	top := usage.NewTop(by, limit)
 	err = s.b.scan(ctx, head+"*}:u", func(ctx context.Context, keys []string) error {
 		rows, err := s.b.hmget(ctx, keys, "f", "l", "r", "d", "x")
@@ -116,9 +116,10 @@ func (s *Store) now(ctx context.Context) (int64, error) {
 	return t, nil
 }
 
-// usageKey returns the usage hash of key under the named policy.
-func (s *Store) usageKey(policy, key string) string {
-	return s.prefix + ":{" + policy + ":" + tagSafe(s.storedKey(key)) + "}:u"
+// usageKey returns the usage hash of key under the named policy, as a
+// policy with hashTag writes it.
+func (s *Store) usageKey(policy string, hashTag bool, key string) string {
+	return s.keyHead(policy, hashTag, key) + "u"
 }
 
 // usageHash is a usage hash read whole (common.lua, track and
@@ -231,7 +232,12 @@ func (s *Store) Series(ctx context.Context, q usage.SeriesQuery) (usage.Series, 
 	if err != nil {
 		return usage.Series{}, err
 	}
-	maps, err := s.b.hgetall(ctx, []string{s.usageKey(q.Policy, q.Key)})
+	maps, err := s.b.hgetall(ctx, []string{s.usageKey(q.Policy, false, q.Key)})
+	if _, _, tagged := leadingTag(q.Key); err == nil && len(maps[0]) == 0 && tagged {
+		// The query names no policy's options: a policy with hash_tag
+		// wrote the key by its tag.
+		maps, err = s.b.hgetall(ctx, []string{s.usageKey(q.Policy, true, q.Key)})
+	}
 	if err != nil {
 		return usage.Series{}, classify(ctx, err)
 	}
@@ -451,7 +457,7 @@ func (s *Store) scanListing(ctx context.Context, q *usage.Query, st *listState, 
 	} else if digest != st.nodes || st.node > uint64(len(nodes)) {
 		return nil, fmt.Errorf("redisstore: %w", usage.ExpiredCursor("the Redis masters changed since the listing began"))
 	}
-	head := s.prefix + ":{" + q.Policy + ":"
+	head := s.prefix + ":" + q.Policy + ":{"
 	var found []usage.Record
 	for calls := 0; calls < listScanCalls && st.node < uint64(len(nodes)); calls++ {
 		keys, next, err := s.b.scanNode(ctx, nodes[st.node], st.cursor, head+"*}:u", listScanCount)

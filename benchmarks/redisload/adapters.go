@@ -56,7 +56,7 @@ type library struct {
 }
 
 // The floodgate policy name and key prefix (the default, "fg") every
-// floodgate key uses: fg:{api:<key>}:<part>.
+// floodgate key uses: fg:api:{<key>}:<part>.
 const policyName = "api"
 
 func gcraText(p gcraParams) string {

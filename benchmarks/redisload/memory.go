@@ -34,7 +34,7 @@ func fgKeys(parts ...string) func(string) []string {
 	return func(user string) []string {
 		ks := make([]string, len(parts))
 		for i, p := range parts {
-			ks[i] = "fg:{" + policyName + ":" + user + "}:" + p
+			ks[i] = "fg:" + policyName + ":{" + user + "}:" + p
 		}
 		return ks
 	}

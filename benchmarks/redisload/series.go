@@ -113,15 +113,15 @@ func measureSeries(ctx context.Context, admin *redis.Client, addr string, nkeys 
 		c.Close()
 		for k := 0; k < nkeys; k++ {
 			key := userKey(k)
-			u := "fg:{api:" + key + "}:u"
+			u := "fg:api:{" + key + "}:u"
 			usage, err := admin.MemoryUsage(ctx, u, 0).Result()
 			if err != nil {
 				return nil, fmt.Errorf("%s: MEMORY USAGE %s: %w", pat.name, u, err)
 			}
-			state, _ := admin.MemoryUsage(ctx, "fg:{api:"+key+"}:fw", 0).Result()
+			state, _ := admin.MemoryUsage(ctx, "fg:api:{"+key+"}:fw", 0).Result()
 			// Without a retention, plain track keeps usage as long as the
 			// state: a key all of whose adds are denied keeps none.
-			track, err := admin.MemoryUsage(ctx, "fg:{tr:"+key+"}:u", 0).Result()
+			track, err := admin.MemoryUsage(ctx, "fg:tr:{"+key+"}:u", 0).Result()
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return nil, err
 			}

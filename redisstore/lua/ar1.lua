@@ -4,9 +4,9 @@
 -- C0 / d^(s - s0), d^k by binary exponentiation (the same multiplications
 -- as the Go twin, so the same bits), and 0 below 1e-6.
 --
--- keys[1]  the state: t_last (µs), then per limit its resolution (µs), s0
---          and C0, all little-endian doubles (struct '<d…', 8 + 24 bytes
---          per limit; doubles hold C0 exactly). A state whose resolutions
+-- keys[1]  the state: t_last and born (µs), then per limit its resolution
+--          (µs), s0 and C0, all little-endian doubles (struct '<d…', 16 +
+--          24 bytes per limit; doubles hold C0 exactly). A state whose resolutions
 --          differ from the policy's is ignored.
 -- args[1]  "ar <common>" then per limit three values: max (a number),
 --          decay (> 1), resolution (µs)
@@ -18,7 +18,7 @@ local function ar1_parse(f, p)
     limits[#limits + 1] = {max = tonumber(f[i]), decay = tonumber(f[i + 1]), res = tonumber(f[i + 2])}
   end
   p.limits, p.nkeys = limits, 1
-  p.format = '<' .. string.rep('d', 1 + 3 * #limits)
+  p.format = '<' .. string.rep('d', 2 + 3 * #limits)
 end
 
 local function powint(d, k)
@@ -65,28 +65,32 @@ end
 local function ar1_decide(keys, p, now, n, peek)
   local limits = p.limits
   local key = keys[1]
-  local has, tlast, slots, cs = false, 0, {}, {}
+  local has, tlast, born, slots, cs = false, 0, 0, {}, {}
   local raw = redis.call('GET', key)
-  if raw and #raw == 8 * (1 + 3 * #limits) then
+  if raw and #raw == 8 * (2 + 3 * #limits) then
     local v = {struct.unpack(p.format, raw)}
-    has, tlast = true, v[1]
+    has, tlast, born = true, v[1], v[2]
     for i, l in ipairs(limits) do
-      if v[3 * i - 1] ~= l.res then has = false end
-      slots[i], cs[i] = v[3 * i], v[3 * i + 1]
+      if v[3 * i] ~= l.res then has = false end
+      slots[i], cs[i] = v[3 * i + 1], v[3 * i + 2]
     end
   end
   if has and now < tlast then now = tlast end -- rule 1
 
   -- Pass 1: decayed counts and the verdict.
   local counts = {}
-  local allowed = true
+  local allowed, live = true, false
   for i, l in ipairs(limits) do
     local c = 0
     if has then c = decayed(cs[i], l.decay, floordiv(now, l.res) - slots[i]) end
     counts[i] = c
+    if c > 0 then live = true end
     if c + n > l.max then allowed = false end
   end
   local record = allowed or p.cd
+  if not live then born = 0 end
+  if record and not live then born = now end
+  HB.at, HB.born, HB.tq, HB.tr = now, born, 0, 0
 
   -- Pass 2: on the counts after the call.
   local remaining, binding, bind_rem = 0, -1, 0
@@ -119,7 +123,7 @@ local function ar1_decide(keys, p, now, n, peek)
 
   local expires = 0
   if record and not peek then
-    local out = {now}
+    local out = {now, born}
     for i, l in ipairs(limits) do
       out[#out + 1] = l.res
       out[#out + 1] = floordiv(now, l.res)
@@ -133,4 +137,49 @@ local function ar1_decide(keys, p, now, n, peek)
     expires = now + reset
   end
   return allowed, remaining, retry, reset, binding, expires
+end
+
+-- ar1_give: each limit's count loses x as it weighs now: x·decay^-(s -
+-- s_at) for a settle, x for a refund; 0 below 1e-6, and no state when
+-- every count is 0.
+local function ar1_give(keys, p, now, x, hold)
+  local limits = p.limits
+  local key = keys[1]
+  local raw = redis.call('GET', key)
+  if not raw or #raw ~= 8 * (2 + 3 * #limits) then return end
+  local v = {struct.unpack(p.format, raw)}
+  local tlast, born = v[1], v[2]
+  for i, l in ipairs(limits) do
+    if v[3 * i] ~= l.res then return end
+  end
+  if now < tlast then now = tlast end
+  local live = false
+  for i, l in ipairs(limits) do
+    if decayed(v[3 * i + 2], l.decay, floordiv(now, l.res) - v[3 * i + 1]) > 0 then live = true end
+  end
+  if not live or (hold and hold.born ~= born) then return end
+  local out, reset = {now, born}, 0
+  for i, l in ipairs(limits) do
+    local slot = floordiv(now, l.res)
+    local c = decayed(v[3 * i + 2], l.decay, slot - v[3 * i + 1])
+    local give = x
+    if hold then
+      local k = slot - floordiv(hold.at, l.res)
+      if k > 0 then give = give / powint(l.decay, k) end
+    end
+    c = c - give
+    if c < ZERO_BELOW then c = 0 end
+    out[#out + 1] = l.res
+    out[#out + 1] = slot
+    out[#out + 1] = c
+    if c > 0 then
+      local e = slot_end(slot, first_slot(c, l.decay, 0, -1), l.res) - now
+      if e > reset then reset = e end
+    end
+  end
+  if reset == 0 then
+    redis.call('DEL', key)
+    return
+  end
+  redis.call('SET', key, struct.pack(p.format, unpack(out)), 'PX', ttl_ms(now + reset, now, p.min_ttl))
 end

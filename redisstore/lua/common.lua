@@ -142,6 +142,15 @@ local function ttl_ms(expires, now, min_ttl)
   return fmt(ms)
 end
 
+-- HB is what the last decide left for a reservation's hold (SPEC.md,
+-- "Reserve, settle, refund"): at, its now after rule 1; born, the state's
+-- birth after the call (0 without a state); tq and tr, the Go twin's A
+-- and B after the call: gcra's tat (µs, remainder), fixed_window's start
+-- and count, token_bucket's creation and U (0 for the other algorithms). CAL holds the bounds b0..b3 of
+-- the calendar fixed_window being decided (group.lua sets it).
+local HB = {at = 0, born = 0, tq = 0, tr = 0}
+local CAL = {0, 0, 0, 0}
+
 -- P caches the parsed parameters of each policy by its parameter string
 -- (args[1]), PN counts them: at most 1000, then P starts again, so a
 -- stream of ever new policies cannot grow it without bound. In a script

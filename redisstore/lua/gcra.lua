@@ -4,9 +4,9 @@
 -- and every quantity below is such a pair (whole µs, remainder in 1/count
 -- µs); products that may pass 2^53 go through muldivmod.
 --
--- keys[1]  the state: TAT, FRAC, t_last (µs) and the rate's count as four
---          signed 7-byte big-endian integers (struct '>i7i7i7i7', 28
---          bytes: one 48-byte allocation in Redis). A state that names
+-- keys[1]  the state: TAT, FRAC, t_last (µs), the rate's count and born
+--          (µs) as five signed 7-byte big-endian integers (struct
+--          '>i7i7i7i7i7', 35 bytes: one 48-byte allocation in Redis). A state that names
 --          another count means nothing here and is ignored (FRAC is in
 --          1/count µs), as memstore starts afresh when the count changes.
 -- args[1]  "gc <common> <count> <period µs> <burst>": the rate's count
@@ -38,18 +38,19 @@ end
 local function gcra_decide(keys, p, now, n, peek)
   local count, period, burst = p.count, p.period, p.burst
   local key = keys[1]
-  local has, TAT, FRAC, tlast = false, 0, 0, 0
+  local has, TAT, FRAC, tlast, born = false, 0, 0, 0, 0
   local raw = redis.call('GET', key)
-  if raw and #raw == 28 then
-    local q, r, l, c = struct.unpack('>i7i7i7i7', raw)
-    if c == count then has, TAT, FRAC, tlast = true, q, r, l end
+  if raw and #raw == 35 then
+    local q, r, l, c, b = struct.unpack('>i7i7i7i7i7', raw)
+    if c == count then has, TAT, FRAC, tlast, born = true, q, r, l, b end
   end
   if has and now < tlast then now = tlast end -- rule 1
 
   local bq, br = p.bq, p.br -- burst·T
   local tq, tr = now, 0 -- max(tat, now)
   local live = has and (TAT > now or (TAT == now and FRAC > 0))
-  if live then tq, tr = TAT, FRAC end
+  if live then tq, tr = TAT, FRAC else born = 0 end
+  local was = live
   local aq, ar = p.tq, p.tr -- n·T
   if n ~= 1 then aq, ar = muldivmod(n, period, count) end
   local nq, nr = addpair(tq, tr, aq, ar, count)
@@ -86,8 +87,41 @@ local function gcra_decide(keys, p, now, n, peek)
       if xr - br > 0 then retry = retry + 1 end
     end
   end
+  if record and not was then born = now end
+  HB.at, HB.born, HB.tq, HB.tr = now, born, tq, tr
   if record and not peek then
-    redis.call('SET', key, struct.pack('>i7i7i7i7', tq, tr, now, count), 'PX', ttl_ms(expires, now, p.min_ttl))
+    redis.call('SET', key, struct.pack('>i7i7i7i7i7', tq, tr, now, count, born), 'PX', ttl_ms(expires, now, p.min_ttl))
   end
   return allowed, remaining, retry, reset, 0, expires
+end
+
+-- gcra_give: tat = max(now, tat - g), g = x·T, or for a settle
+-- min(x·T, max(0, tat_r - now)): only what of the reservation is still
+-- ahead of now comes back. A tat brought to now leaves no state.
+local function gcra_give(keys, p, now, x, hold)
+  local count, period = p.count, p.period
+  local key = keys[1]
+  local raw = redis.call('GET', key)
+  if not raw or #raw ~= 35 then return end
+  local TAT, FRAC, tlast, c, born = struct.unpack('>i7i7i7i7i7', raw)
+  if c ~= count then return end
+  if now < tlast then now = tlast end
+  if not (TAT > now or (TAT == now and FRAC > 0)) then return end
+  if hold and hold.born ~= born then return end
+  local gq, gr = muldivmod(x, period, count)
+  if hold then
+    if hold.tq < now or (hold.tq == now and hold.tr == 0) then return end
+    local dq, dr = hold.tq - now, hold.tr
+    if dq < gq or (dq == gq and dr <= gr) then gq, gr = dq, dr end
+  end
+  local tq, tr = TAT - now, FRAC
+  if tq < gq or (tq == gq and tr <= gr) then
+    redis.call('DEL', key)
+    return
+  end
+  tq, tr = TAT - gq, FRAC - gr
+  if tr < 0 then tq, tr = tq - 1, tr + count end
+  local reset = tq - now
+  if tr > 0 then reset = reset + 1 end
+  redis.call('SET', key, struct.pack('>i7i7i7i7i7', tq, tr, now, count, born), 'PX', ttl_ms(now + reset, now, p.min_ttl))
 end

@@ -5,7 +5,7 @@
 -- one element. An entry counts while t > now - interval.
 --
 -- keys[1]  the state hash: l = t_last µs, t1 = the list's running sum (-1:
---          recount from the list)
+--          recount from the list), b = born µs
 -- keys[2]  the list
 -- args[1]  "sl <common> <max> <interval µs> <min_interval µs>": max ≥ 1,
 --          min_interval 0 for none
@@ -19,7 +19,7 @@ end
 local function sliding_log_decide(keys, p, now, n, peek)
   local max, interval, gap, cd = p.max, p.interval, p.gap, p.cd
   local hkey, lkey = keys[1], keys[2]
-  local h = redis.call('HMGET', hkey, 'l', 't1')
+  local h = redis.call('HMGET', hkey, 'l', 't1', 'b')
   local has = h[1] ~= false
   if has and now < tonumber(h[1]) then now = tonumber(h[1]) end -- rule 1
 
@@ -33,6 +33,9 @@ local function sliding_log_decide(keys, p, now, n, peek)
 
   local allowed = n <= max - count and not (gap > 0 and newest and now - newest < gap)
   local record = allowed or cd
+  local born = 0
+  if count > 0 then born = tonumber(h[3]) or 0 elseif record then born = now end
+  HB.at, HB.born, HB.tq, HB.tr = now, born, 0, 0
   local after = count
   if record then
     after = satadd(count, n)
@@ -67,10 +70,42 @@ local function sliding_log_decide(keys, p, now, n, peek)
   if record and not peek then
     if not has then redis.call('DEL', lkey) end
     total = list_record(lkey, k, gone, total, now, n)
-    redis.call('HSET', hkey, 'l', fmt(now), 't1', fmt(total))
+    redis.call('HSET', hkey, 'l', fmt(now), 't1', fmt(total), 'b', fmt(born))
     local ttl = ttl_ms(expires, now, p.min_ttl)
     redis.call('PEXPIRE', hkey, ttl)
     redis.call('PEXPIRE', lkey, ttl)
   end
   return allowed, remaining, retry, reset, 0, expires
+end
+
+-- sliding_log_give: a settle takes the units stamped at the reservation's
+-- µs, a refund the newest units back; the keys then expire with the
+-- newest entry left, or go.
+local function sliding_log_give(keys, p, now, x, hold)
+  local interval = p.interval
+  local hkey, lkey = keys[1], keys[2]
+  local h = redis.call('HMGET', hkey, 'l', 't1', 'b')
+  if not h[1] then return end
+  if now < tonumber(h[1]) then now = tonumber(h[1]) end
+  local k, _, empty = list_live(lkey, 1, interval, now)
+  if empty or redis.call('LLEN', lkey) <= k then return end
+  if hold and hold.born ~= tonumber(h[3]) then return end
+  local at = nil
+  if hold then at = hold.at end
+  local took, visited = list_take(lkey, k, x, at)
+  local total = tonumber(h[2]) or 0
+  if total >= 0 then total = total - took end
+  local t = list_newest(lkey)
+  if not t or t + interval <= now then
+    redis.call('DEL', hkey, lkey)
+    return
+  end
+  if took > 0 or (not hold and visited) then
+    redis.call('HSET', hkey, 'l', fmt(now), 't1', fmt(total))
+  else
+    redis.call('HSET', hkey, 't1', fmt(total))
+  end
+  local ttl = ttl_ms(t + interval, now, p.min_ttl)
+  redis.call('PEXPIRE', hkey, ttl)
+  redis.call('PEXPIRE', lkey, ttl)
 end

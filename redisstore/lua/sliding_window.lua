@@ -4,7 +4,7 @@
 -- Per limit, the buckets (index k = ⌊t/resolution⌋, cost) of a list, oldest
 -- first; bucket k counts while now < k·resolution + window.
 --
--- keys[1]      the state hash: l = t_last µs, s = shape ("res:win,…" in
+-- keys[1]      the state hash: l = t_last µs, b = born µs, s = shape ("res:win,…" in
 --              µs; a state of another shape is dropped), t<i> = the running
 --              sum of list i (-1: recount from the list)
 -- keys[2…]     one list per limit, in policy order, entries "<k> <cost>"
@@ -43,6 +43,13 @@ local function sliding_window_decide(keys, p, now, n, peek)
     if n > l.max - counts[i] then allowed = false end
   end
   local record = allowed or cd
+  local live, born = false, 0
+  for i = 1, #limits do
+    if counts[i] > 0 then live = true end
+  end
+  if live then born = tonumber(f.b) or 0 end
+  if record and not live then born = now end
+  HB.at, HB.born, HB.tq, HB.tr = now, born, 0, 0
 
   -- Pass 2: on the state after the call.
   local remaining, binding, bind_rem, reset, retry = 0, -1, 0, 0, 0
@@ -91,7 +98,7 @@ local function sliding_window_decide(keys, p, now, n, peek)
       for i = 1, #limits do stale[#stale + 1] = keys[1 + i] end
       redis.call('DEL', unpack(stale))
     end
-    local out = {'l', fmt(now), 's', shape}
+    local out = {'l', fmt(now), 'b', fmt(born), 's', shape}
     for i, l in ipairs(limits) do
       local total = list_record(keys[1 + i], ks[i], gones[i], totals[i], floordiv(now, l.res), n)
       out[#out + 1] = l.t
@@ -103,4 +110,82 @@ local function sliding_window_decide(keys, p, now, n, peek)
     for i = 1, #limits do redis.call('PEXPIRE', keys[1 + i], ttl) end
   end
   return allowed, remaining, retry, reset, binding, expires
+end
+
+-- list_take takes up to x units from the live entries of the list key
+-- after the first k expired ones: a settle from the entry whose T is at,
+-- a refund (at nil) newest first. It returns what it took and whether it
+-- visited an entry; entries brought to 0 are removed.
+local function list_take(key, k, x, at)
+  local items = redis.call('LRANGE', key, k, -1)
+  local took, visited = 0, false
+  for j = #items, 1, -1 do
+    if took >= x then break end
+    local t, n = list_item(items[j])
+    if at then
+      if t < at then break end
+    end
+    if not at or t == at then
+      visited = true
+      local g = x - took
+      if g > n then g = n end
+      took = took + g
+      if n - g == 0 then
+        redis.call('LSET', key, k + j - 1, '-')
+        redis.call('LREM', key, 1, '-')
+      else
+        redis.call('LSET', key, k + j - 1, fmt(t) .. ' ' .. fmt(n - g))
+      end
+      if at then break end
+    end
+  end
+  return took, visited
+end
+
+-- sliding_window_give: per limit, a settle takes from the reservation's
+-- bucket if it still counts, a refund from the newest counting bucket
+-- back; the keys then expire with the newest bucket left, or go.
+local function sliding_window_give(keys, p, now, x, hold)
+  local limits = p.limits
+  local hkey = keys[1]
+  local h = redis.call('HGETALL', hkey)
+  local f = {}
+  for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
+  if f.s ~= p.shape then return end
+  if now < tonumber(f.l) then now = tonumber(f.l) end
+  local ks, live = {}, false
+  for i, l in ipairs(limits) do
+    local k, _, empty = list_live(keys[1 + i], l.res, l.win, now)
+    ks[i] = k
+    if not empty and redis.call('LLEN', keys[1 + i]) > k then live = true end
+  end
+  if not live or (hold and hold.born ~= tonumber(f.b)) then return end
+  local out, changed, expires = {}, false, 0
+  for i, l in ipairs(limits) do
+    local lkey = keys[1 + i]
+    local at = nil
+    if hold then at = floordiv(hold.at, l.res) end
+    local took, visited = list_take(lkey, ks[i], x, at)
+    if took > 0 or (not hold and visited) then changed = true end
+    local total = tonumber(f[l.t]) or 0
+    if total >= 0 then total = total - took end
+    out[#out + 1] = l.t
+    out[#out + 1] = fmt(total)
+    local t = list_newest(lkey)
+    if t and t * l.res + l.win > now and t * l.res + l.win > expires then expires = t * l.res + l.win end
+  end
+  if expires <= now then
+    local all = {hkey}
+    for i = 1, #limits do all[#all + 1] = keys[1 + i] end
+    redis.call('DEL', unpack(all))
+    return
+  end
+  if changed then
+    out[#out + 1] = 'l'
+    out[#out + 1] = fmt(now)
+  end
+  redis.call('HSET', hkey, unpack(out))
+  local ttl = ttl_ms(expires, now, p.min_ttl)
+  redis.call('PEXPIRE', hkey, ttl)
+  for i = 1, #limits do redis.call('PEXPIRE', keys[1 + i], ttl) end
 end

@@ -7,9 +7,9 @@
 -- never below -(limit - burst)), R the fraction of a token in 1/window.
 -- U ≥ n·window exactly when Q ≥ n.
 --
--- keys[1]  the state: created, t_last (µs), Q, R and the window (µs) as
---          five signed 7-byte big-endian integers (struct, 35 bytes); a
---          state written under another window is ignored
+-- keys[1]  the state: created, t_last (µs), Q, R, the window (µs) and
+--          born (µs) as six signed 7-byte big-endian integers (struct, 42
+--          bytes); a state written under another window is ignored
 -- args[1]  "tb <common> <limit> <window µs> <burst>": limit ≥ 1, burst 1
 --          to limit
 -- Reply: see common.lua; binding is always 0.
@@ -23,16 +23,17 @@ local function token_bucket_decide(keys, p, now, n, peek)
   local limit, w, burst = p.limit, p.w, p.burst
   local rate = limit - burst -- U gained per µs
   local key = keys[1]
-  local has, created_s, tlast, Q, R = false, 0, 0, 0, 0
+  local has, created_s, tlast, Q, R, born = false, 0, 0, 0, 0, 0
   local raw = redis.call('GET', key)
-  if raw and #raw == 35 then
-    local c, l, q, r, sw = struct.unpack('>i7i7i7i7i7', raw)
-    if sw == w then has, created_s, tlast, Q, R = true, c, l, q, r end
+  if raw and #raw == 42 then
+    local c, l, q, r, sw, b = struct.unpack('>i7i7i7i7i7i7', raw)
+    if sw == w then has, created_s, tlast, Q, R, born = true, c, l, q, r, b end
   end
   if has and now < tlast then now = tlast end -- rule 1
 
   local created, q, r = now, burst, 0 -- a fresh bucket: full
   local live = has and now < created_s + w
+  if not live then born = 0 end
   if live then
     created = created_s
     -- refill (now - t_last)·rate, capped at burst tokens
@@ -73,8 +74,10 @@ local function token_bucket_decide(keys, p, now, n, peek)
       if reset < retry then retry = reset end
     end
   end
+  if record and not live then born = now end
+  HB.at, HB.born, HB.tq, HB.tr = now, born, created, aq * w + ar
   if record and not peek then
-    local v = struct.pack('>i7i7i7i7i7', created, now, aq, ar, w)
+    local v = struct.pack('>i7i7i7i7i7i7', created, now, aq, ar, w, born)
     if live then
       redis.call('SET', key, v, 'KEEPTTL') -- the state expires when created + window
     else
@@ -82,4 +85,23 @@ local function token_bucket_decide(keys, p, now, n, peek)
     end
   end
   return allowed, remaining, retry, reset, 0, expires
+end
+
+-- token_bucket_give: refill to now, add x tokens, cap at burst; the
+-- state keeps its lifetime even when full.
+local function token_bucket_give(keys, p, now, x, hold)
+  local w, burst = p.w, p.burst
+  local key = keys[1]
+  local raw = redis.call('GET', key)
+  if not raw or #raw ~= 42 then return end
+  local created, tlast, Q, R, sw, born = struct.unpack('>i7i7i7i7i7i7', raw)
+  if sw ~= w then return end
+  if now < tlast then now = tlast end
+  if now >= created + w or (hold and hold.born ~= born) then return end
+  local dq, dr = muldivmod(now - tlast, p.limit - burst, w)
+  local q, r = Q + dq, R + dr
+  if r >= w then q, r = q + 1, r - w end
+  if q > burst or (q == burst and r > 0) then q, r = burst, 0 end
+  if x >= burst - q then q, r = burst, 0 else q = q + x end
+  redis.call('SET', key, struct.pack('>i7i7i7i7i7i7', created, now, q, r, w, born), 'KEEPTTL')
 end

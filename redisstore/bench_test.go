@@ -1,0 +1,98 @@
+package redisstore_test
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/internal/redistest"
+)
+
+// BenchmarkGroup: what one decision over two policies of one key costs on
+// Redis, as one group (one FCALL of group.lua, all-or-nothing) and as two
+// single decisions one after the other (two FCALLs, what a caller without
+// groups does, and not atomic), with one single decision for scale. Every
+// decision is allowed: the limits are far above what a run adds. Run in
+// parallel over 1,000 keys.
+//
+//	go test -run '^$' -bench BenchmarkGroup -benchtime 3s -count 5 ./redisstore
+func BenchmarkGroup(b *testing.B) {
+	srv := redistest.StartServer(b)
+	s := newStore(b, client(b, srv))
+	ctx := context.Background()
+	if err := s.Preload(ctx); err != nil {
+		b.Fatal(err)
+	}
+	minute := mustPolicy(b, "minute", "gcra 60000000/1m burst 60000000")
+	month := mustPolicy(b, "month", "fixed_window 1000000000/720h")
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "tenant" + strconv.Itoa(i)
+	}
+	run := func(b *testing.B, decide func(key string) (floodgate.Decision, error)) {
+		if _, err := srv.Do(b, "CONFIG", "RESETSTAT"); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { b.ReportMetric(commandMicros(b, srv)/float64(b.N), "redis-µs/op") })
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				d, err := decide(keys[i%len(keys)])
+				if err != nil || !d.Allowed {
+					b.Errorf("%+v, %v", d, err)
+					return
+				}
+				i++
+			}
+		})
+	}
+	b.Run("single", func(b *testing.B) {
+		run(b, func(key string) (floodgate.Decision, error) {
+			return s.Take(ctx, floodgate.Request{Policy: &minute, Key: key, N: 1})
+		})
+	})
+	b.Run("two-singles", func(b *testing.B) {
+		run(b, func(key string) (floodgate.Decision, error) {
+			if d, err := s.Take(ctx, floodgate.Request{Policy: &minute, Key: key, N: 1}); err != nil || !d.Allowed {
+				return d, err
+			}
+			return s.Take(ctx, floodgate.Request{Policy: &month, Key: key, N: 1})
+		})
+	})
+	b.Run("group", func(b *testing.B) {
+		run(b, func(key string) (floodgate.Decision, error) {
+			return s.Take(ctx, floodgate.Request{Policy: &minute, Key: key, N: 1, Group: []floodgate.Request{{Policy: &month, Key: key}}})
+		})
+	})
+	b.Run("reserve+settle", func(b *testing.B) {
+		run(b, func(key string) (floodgate.Decision, error) {
+			r := &floodgate.Reservation{}
+			d, err := s.Take(ctx, floodgate.Request{Policy: &minute, Key: key, N: 10, Reserve: r, Group: []floodgate.Request{{Policy: &month, Key: key}}})
+			if err != nil || !d.Allowed {
+				return d, err
+			}
+			return s.Take(ctx, floodgate.Request{Policy: &minute, Key: key, N: 4, Settle: r, Group: []floodgate.Request{{Policy: &month, Key: key}}})
+		})
+	})
+}
+
+var usec = regexp.MustCompile(`cmdstat_\w+:calls=\d+,usec=(\d+),`)
+
+// commandMicros returns the µs Redis spent in commands since the last
+// CONFIG RESETSTAT (INFO commandstats): the server's cost, which the
+// machine's load disturbs less than the wall clock.
+func commandMicros(b *testing.B, srv *redistest.Server) float64 {
+	info, err := srv.Do(b, "INFO", "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for _, m := range usec.FindAllStringSubmatch(info.(string), -1) {
+		if v, err := strconv.ParseFloat(m[1], 64); err == nil {
+			total += v
+		}
+	}
+	return total
+}

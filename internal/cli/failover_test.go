@@ -213,7 +213,7 @@ func TestClusterFailover(t *testing.T) {
 	l := newFailoverLoad(t, "store:\n  type: redis-cluster\n  addrs: ["+strings.Join(cl.Addrs, ", ")+"]\n")
 
 	owner := func(key string) int {
-		reply, err := cl.Nodes[1].Do(t, "CLUSTER", "KEYSLOT", "{fo:"+key+"}")
+		reply, err := cl.Nodes[1].Do(t, "CLUSTER", "KEYSLOT", "{"+key+"}")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,11 +24,12 @@ type failoverLoad struct {
 	client *http.Client
 	logs   *syncBuffer
 
-	mu     sync.Mutex
-	events []failoverEvent
-	errs   int
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	events   []failoverEvent
+	errs     int
+	firstErr error
+	stop     chan struct{}
+	wg       sync.WaitGroup
 }
 
 type failoverEvent struct {
@@ -41,11 +42,17 @@ type failoverEvent struct {
 // store timeout is long enough that a busy machine (the race detector on
 // 2 shared cores) never degrades a healthy master's answer by time alone:
 // a dead master's calls fail at once (its port refuses connections), so
-// the timeout does not slow the failover.
+// the timeout does not slow the failover. The overload queue waits as
+// long: the service's bound on calls in flight is one for every node, so
+// while a dead master's calls hold places (up to the store timeout each),
+// the healthy masters' decisions wait behind them rather than being
+// refused with backpressure.
 const failoverPolicy = `policies:
   fo: "gcra 5/1h burst 5"
 failure:
   mode: open
+overload:
+  queue_wait: 5s
 `
 const failoverTimeout = "  timeout: 5s\n" // appended to the store section
 
@@ -105,6 +112,9 @@ func (l *failoverLoad) start(keys []string) {
 				e, err := l.check(keys[i%len(keys)])
 				l.mu.Lock()
 				if err != nil {
+					if l.errs == 0 {
+						l.firstErr = err
+					}
 					l.errs++
 				} else {
 					l.events = append(l.events, e)
@@ -119,7 +129,7 @@ func (l *failoverLoad) finish() []failoverEvent {
 	close(l.stop)
 	l.wg.Wait()
 	if l.errs > 0 {
-		l.t.Errorf("%d requests failed", l.errs)
+		l.t.Errorf("%d requests failed, the first: %v", l.errs, l.firstErr)
 	}
 	return l.events
 }

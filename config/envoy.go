@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -350,6 +351,18 @@ func checkDomains(c *collector, cfg *Config) {
 		kept = append(kept, d)
 	}
 	cfg.Domains = kept
+	// Every domain file is read before this check, whatever their order.
+	for i, name := range cfg.Envoy.AtomicDomains {
+		if seen[name] == nil {
+			names := make([]string, 0, len(kept))
+			for _, d := range kept {
+				names = append(names, d.Name)
+			}
+			sort.Strings(names)
+			c.add(c.atomicFile, c.atomicLine, fmt.Sprintf("envoy.atomic_domains[%d]", i),
+				"no Envoy domain named %q: want one of the loaded domains (%s)", name, strings.Join(names, ", "))
+		}
+	}
 }
 
 func composite(d *Descriptor) string {

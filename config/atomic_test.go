@@ -30,4 +30,8 @@ func TestEnvoyAtomicDomains(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "envoy.atomic_domains") {
 		t.Fatalf("not a list: %v; want an error naming envoy.atomic_domains", err)
 	}
+	_, err = Parse(Source{Name: "floodgate.yaml", Data: []byte("store: {type: redis-cluster, addrs: [\"127.0.0.1:7000\"]}\nenvoy: {atomic_domains: [edge]}\n")}, edge)
+	if err == nil || !strings.Contains(err.Error(), "envoy.atomic_domains") || !strings.Contains(err.Error(), "slot") {
+		t.Fatalf("on a cluster: %v; want an error naming envoy.atomic_domains and slots", err)
+	}
 }

@@ -4,8 +4,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/redisstore"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
 	"github.com/floodgatehq/floodgate/storekit"
@@ -39,6 +45,65 @@ descriptors:
 // plain domain: over their limits, they deny no member.
 func TestAtomicDomain(t *testing.T) {
 	eng, _ := newService(t, atomicOwn, atomicDomain("a"), atomicDomain("n"))
+	testAtomicDomain(t, eng)
+}
+
+// TestAtomicDomainRedis: the same on a standalone Redis server, where each
+// group is one function call.
+func TestAtomicDomainRedis(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	// A manual clock: the requests never straddle a minute's end.
+	clock := floodgatetest.NewManualClock(time.Unix(1714825800, 0))
+	store, err := redisstore.New(c, redisstore.WithPrefix("atomic"), redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	cfg, err := parse(atomicOwn, atomicDomain("a"), atomicDomain("n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := service.New(cfg, service.Options{Store: store, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := rls.New(svc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testAtomicDomain(t, eng)
+}
+
+// TestAtomicDomainsRefusedOnRedisCluster: on a 3-master Cluster the Redis
+// store is sharded, and envoy.atomic_domains does not compile.
+func TestAtomicDomainsRefusedOnRedisCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	store, err := redisstore.New(c, redisstore.WithPrefix("atomic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	cfg, err := parse(atomicOwn, atomicDomain("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := service.New(cfg, service.Options{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rls.New(svc, cfg); !errors.Is(err, storekit.ErrCrossSlot) || !strings.Contains(err.Error(), "envoy.atomic_domains") {
+		t.Fatalf("atomic domains on a Redis Cluster: %v; want an error naming envoy.atomic_domains, wrapping storekit.ErrCrossSlot", err)
+	}
+}
+
+// testAtomicDomain runs TestAtomicDomain's requests on eng, whose clock
+// stands still.
+func testAtomicDomain(t *testing.T, eng *rls.Engine) {
+	t.Helper()
 	for _, c := range []struct {
 		domain string
 		want   []string

@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -267,7 +268,17 @@ type Envoy struct {
 	// environment variable when it is set, over the file's value). It
 	// needs a store that decides calendar windows. Default false.
 	CalendarMonth bool
+	// AtomicDomains are the names of the Envoy domains whose descriptors
+	// of one request are decided as one atomic group, spent on all or
+	// none (a floodgate extension; docs/operations.md). Each must be a
+	// loaded domain. A store whose keys live on several nodes (a Redis
+	// Cluster) cannot decide them: package rls refuses the configuration
+	// then. Default none.
+	AtomicDomains []string
 }
+
+// Atomic reports whether domain is one of AtomicDomains.
+func (e *Envoy) Atomic(domain string) bool { return slices.Contains(e.AtomicDomains, domain) }
 
 // Listen holds the service's addresses and their TLS.
 type Listen struct {
@@ -547,6 +558,12 @@ func (r *reader) native(root *yaml.Node, cfg *Config) {
 			if v, ok := ef[b.key]; ok {
 				*b.dst, _ = r.boolean(v.value, "envoy."+b.key)
 			}
+		}
+		if v, ok := ef["atomic_domains"]; ok {
+			if names, _ := r.strings(v.value, "envoy.atomic_domains"); len(names) > 0 {
+				cfg.Envoy.AtomicDomains = names
+			}
+			r.c.atomicFile, r.c.atomicLine = r.file, v.value.Line
 		}
 	}
 	if f, ok := fs["policies"]; ok {

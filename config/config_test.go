@@ -143,7 +143,7 @@ envoy:
 			"f.yaml:4: admin.password: unknown field; allowed here: token, token_file, allow_loopback",
 			"f.yaml:6: limits.max_keys: unknown field; allowed here: max_body_bytes, max_batch, max_key_bytes, max_descriptors, max_connections, max_header_bytes, read_header_timeout, read_timeout, write_timeout, idle_timeout, max_concurrent_streams, keepalive_min_time",
 			"f.yaml:8: listen.https: unknown field; allowed here: http, grpc, http_tls, grpc_tls, tls_cert, tls_key",
-			"f.yaml:10: envoy.shadow: unknown field; allowed here: shadow_mode, merge_domains, response_headers, calendar_month",
+			"f.yaml:10: envoy.shadow: unknown field; allowed here: shadow_mode, merge_domains, response_headers, calendar_month, atomic_domains",
 		}},
 
 		// Wrong types.
@@ -897,7 +897,7 @@ envoy:
 	if cfg.Listen != (Listen{HTTP: "0.0.0.0:8080", GRPC: DefaultGRPC, GRPCTLS: TLS{Cert: "cert.pem", Key: "key.pem"}}) {
 		t.Errorf("listen: %+v", cfg.Listen)
 	}
-	if cfg.Envoy != (Envoy{ShadowMode: true, ResponseHeaders: true}) {
+	if e := cfg.Envoy; !e.ShadowMode || !e.ResponseHeaders || e.MergeDomains || e.CalendarMonth || len(e.AtomicDomains) != 0 {
 		t.Errorf("envoy: %+v", cfg.Envoy)
 	}
 	if len(cfg.Domains) != 1 || cfg.Domains[0].Name != "edge" || len(cfg.Domains[0].Descriptors) != 2 {

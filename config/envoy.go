@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -350,6 +351,24 @@ func checkDomains(c *collector, cfg *Config) {
 		kept = append(kept, d)
 	}
 	cfg.Domains = kept
+	if len(cfg.Envoy.AtomicDomains) > 0 && cfg.Store.Type == "redis-cluster" {
+		// package rls refuses it too, on the store itself (flags may
+		// choose the store after the files).
+		c.add(c.atomicFile, c.atomicLine, "envoy.atomic_domains",
+			"not with store.type redis-cluster: each descriptor's counter is its own key, on its own slot, and an atomic group is decided in one slot; use redis, redis-sentinel or memory, or remove envoy.atomic_domains")
+	}
+	// Every domain file is read before this check, whatever their order.
+	for i, name := range cfg.Envoy.AtomicDomains {
+		if seen[name] == nil {
+			names := make([]string, 0, len(kept))
+			for _, d := range kept {
+				names = append(names, d.Name)
+			}
+			sort.Strings(names)
+			c.add(c.atomicFile, c.atomicLine, fmt.Sprintf("envoy.atomic_domains[%d]", i),
+				"no Envoy domain named %q: want one of the loaded domains (%s)", name, strings.Join(names, ", "))
+		}
+	}
 }
 
 func composite(d *Descriptor) string {

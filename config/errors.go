@@ -64,6 +64,10 @@ func (es Errors) Unwrap() []error {
 // collector gathers problems while a configuration is read.
 type collector struct {
 	errs Errors
+	// atomicFile and atomicLine are where envoy.atomic_domains is, for
+	// the check of its names once every domain is read.
+	atomicFile string
+	atomicLine int
 }
 
 func (c *collector) add(file string, line int, path, format string, args ...any) {

@@ -176,6 +176,8 @@ var schema = []setting{
 			value: func(c *Config) string { return strconv.FormatBool(c.Envoy.ResponseHeaders) }},
 		{key: "calendar_month", doc: "USE_CALENDAR_MONTH_RATE_LIMIT (which wins when set): the month unit is the UTC calendar month, not 30 days from the epoch",
 			value: func(c *Config) string { return strconv.FormatBool(c.Envoy.CalendarMonth) }},
+		{key: "atomic_domains", doc: "a floodgate extension: domains whose descriptors of one request are decided as one atomic group, all or none (docs/operations.md); not on a Redis Cluster",
+			value: func(c *Config) string { return "[" + strings.Join(c.Envoy.AtomicDomains, ", ") + "]" }},
 	}},
 }
 

@@ -42,6 +42,10 @@ func newDecisionCmd(ctx context.Context, name, head string, keys []string, args 
 	return decisionCmd{cmd}
 }
 
+// Sharded reports whether the store is on a Redis Cluster, where a
+// group's members must share a slot (storekit.Sharded).
+func (s *Store) Sharded() bool { return s.cluster != nil }
+
 // Node names the Cluster master that decides key under p: its address, as
 // the cluster's slot map has it now. It makes the Store a storekit.Router,
 // so that a failure policy (package failure) judges each master on its

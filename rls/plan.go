@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/rlheader"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // Plan is a request matched to its rules: the store requests to decide,
@@ -26,6 +28,12 @@ type Plan struct {
 	neg      []bool   // each request's descriptor has negative hits
 	headers  bool     // envoy.response_headers
 	shadowOK bool     // envoy.shadow_mode
+
+	// group are the requests decided as one atomic group (an atomic
+	// domain's, two or more), and binding the group's binding request,
+	// set when it is decided: the other members are answered OK.
+	group   []int
+	binding int
 }
 
 // Match finds every descriptor's rule in req's domain (an override's own
@@ -117,7 +125,41 @@ func (t *Table) Match(req Request) (*Plan, error) {
 		p.at = append(p.at, i)
 		p.neg = append(p.neg, neg)
 	}
+	if dom != nil && dom.atomic {
+		if err := p.atomicGroup(max(1, uint64(req.HitsAddend))); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// atomicGroup picks the requests of an atomic domain's request that are
+// decided as one group: those that spend (not a check of hits 0, not
+// negative hits) and are enforced (neither shadowed nor in quota mode,
+// which never make the answer OVER_LIMIT alone), with the request's hits
+// (a descriptor's own different hits_addend is decided on its own, as is
+// a descriptor repeating a member's counter). More than
+// storekit.MaxMembers of them is a *service.RequestError.
+func (p *Plan) atomicGroup(hits uint64) error {
+	n := int64(min(hits, uint64(floodgate.MaxCost)))
+	var group []int
+	for j, r := range p.rules {
+		q := &p.Requests[j]
+		if q.Peek || q.Refund || r.shadow || r.quota || q.N != n || slices.ContainsFunc(group, func(k int) bool {
+			return p.Requests[k].Policy.Name == q.Policy.Name && p.Requests[k].Key == q.Key
+		}) {
+			continue
+		}
+		group = append(group, j)
+	}
+	if len(group) > storekit.MaxMembers {
+		return &service.RequestError{Code: "too_many_items", Field: "descriptors",
+			Msg: fmt.Sprintf("%d descriptors to decide as one atomic group (envoy.atomic_domains); at most %d", len(group), storekit.MaxMembers)}
+	}
+	if len(group) > 1 {
+		p.group = group
+	}
+	return nil
 }
 
 // Summarise answers the request from the decisions of p.Requests (in
@@ -165,6 +207,12 @@ func (p *Plan) Summarise(ds []floodgate.Decision) Response {
 			resp.Statuses[i] = status
 			ds[j] = d
 			continue
+		}
+		if len(p.group) > 1 && j != p.binding && slices.Contains(p.group, j) {
+			// A member of an atomic group other than the binding one:
+			// not over its own limit as far as the answer goes; its
+			// remaining and reset are the group's.
+			d.Allowed = true
 		}
 		if !d.Allowed {
 			status.LimitRemaining = 0

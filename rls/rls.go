@@ -16,6 +16,7 @@ package rls
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -125,7 +126,7 @@ func New(svc *service.Service, cfg *config.Config) (*Engine, error) {
 // policy of the table is interned by the service (Service.Intern), so that
 // a rule that did not change keeps its identity across reloads.
 func (e *Engine) Compile(cfg *config.Config) (*Table, error) {
-	return compile(cfg, e.svc.Intern, e.svc.Budgets())
+	return compile(cfg, e.svc.Intern, e.svc.Budgets(), e.svc.Groups())
 }
 
 // Swap puts t, compiled from the configuration the service now has, in
@@ -155,7 +156,7 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, er
 	if t.domains[req.Domain] == nil {
 		e.svc.CountUnknownDomain()
 	}
-	ds, err := e.svc.Decide(ctx, plan.Requests)
+	ds, err := e.decide(ctx, plan)
 	if err != nil {
 		return Response{}, err
 	}
@@ -165,6 +166,59 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, er
 		}
 	}
 	return plan.Summarise(ds), nil
+}
+
+// decide decides plan's requests: in one batch, or, in an atomic domain,
+// the members of the plan's group as one group (Service.DecideGroup) and
+// the others in one batch. A member's decision is the group's for the
+// binding member; for the others it is the group's verdict, remaining and
+// reset under their own limit (Plan.Summarise answers them OK).
+func (e *Engine) decide(ctx context.Context, plan *Plan) ([]floodgate.Decision, error) {
+	if len(plan.group) < 2 {
+		return e.svc.Decide(ctx, plan.Requests)
+	}
+	ds := make([]floodgate.Decision, len(plan.Requests))
+	members := make([]floodgate.Request, len(plan.group))
+	inGroup := make([]bool, len(plan.Requests))
+	for m, j := range plan.group {
+		members[m] = plan.Requests[j]
+		inGroup[j] = true
+	}
+	var rest []floodgate.Request
+	var restAt []int
+	for j := range plan.Requests {
+		if !inGroup[j] {
+			rest = append(rest, plan.Requests[j])
+			restAt = append(restAt, j)
+		}
+	}
+	v, err := e.svc.DecideGroup(ctx, members)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) > 0 {
+		rds, err := e.svc.Decide(ctx, rest)
+		if err != nil {
+			return nil, err
+		}
+		for k, j := range restAt {
+			ds[j] = rds[k]
+		}
+	}
+	g := v.Decision
+	for m, j := range plan.group {
+		if m == v.Member {
+			ds[j] = g
+			continue
+		}
+		q, _ := members[m].Policy.Quota(0)
+		if g.Degraded && g.Limit == 0 {
+			q = 0
+		}
+		ds[j] = floodgate.Decision{Allowed: g.Allowed, Limit: q, Remaining: g.Remaining, ResetAfter: g.ResetAfter, Degraded: g.Degraded}
+	}
+	plan.binding = plan.group[v.Member]
+	return ds, nil
 }
 
 // Table is the compiled Envoy domains of one configuration.
@@ -185,6 +239,9 @@ type domain struct {
 	root *node
 
 	calendarMonth bool // envoy.calendar_month, for the overrides' windows
+	// atomic (envoy.atomic_domains): a request's enforced descriptors are
+	// one group, and envoy-format limits do not count denied hits.
+	atomic bool
 
 	mu        sync.Mutex
 	overrides map[overrideKey]*rule // at most maxOverrides, then forgotten at once
@@ -243,7 +300,17 @@ type rule struct {
 
 // compile builds the matching trees and the policies of every rule,
 // interned by intern.
-func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Policy, budgets bool) (*Table, error) {
+//
+// groups is why the store cannot decide groups of any keys (nil when it
+// can: Service.Groups); envoy.atomic_domains is refused then.
+func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Policy, budgets bool, groups error) (*Table, error) {
+	if len(cfg.Envoy.AtomicDomains) > 0 && groups != nil {
+		if errors.Is(groups, storekit.ErrCrossSlot) {
+			return nil, fmt.Errorf("envoy.atomic_domains %v: each descriptor's counter is its own key, on its own Redis Cluster slot, and an atomic group is decided in one slot: "+
+				"use a store on one node (memory, redis, redis-sentinel) or remove envoy.atomic_domains (%w)", cfg.Envoy.AtomicDomains, groups)
+		}
+		return nil, fmt.Errorf("envoy.atomic_domains %v: the store does not decide atomic groups; use one that does (memory, redis) or remove envoy.atomic_domains (%w)", cfg.Envoy.AtomicDomains, groups)
+	}
 	if cfg.Envoy.CalendarMonth && !budgets {
 		return nil, fmt.Errorf("envoy.calendar_month (USE_CALENDAR_MONTH_RATE_LIMIT): the store does not decide calendar windows; use one that does (memory) or turn it off")
 	}
@@ -261,8 +328,9 @@ func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Polic
 		names[p.Name] = "the policies section"
 	}
 	for _, d := range cfg.Domains {
-		dom := &domain{name: d.Name, root: &node{children: map[string]*node{}}, overrides: map[overrideKey]*rule{}, calendarMonth: cfg.Envoy.CalendarMonth}
-		if err := compileNodes(cfg, dom.root, d.Name, d.Descriptors, names, intern); err != nil {
+		dom := &domain{name: d.Name, root: &node{children: map[string]*node{}}, overrides: map[overrideKey]*rule{}, calendarMonth: cfg.Envoy.CalendarMonth,
+			atomic: cfg.Envoy.Atomic(d.Name)}
+		if err := compileNodes(cfg, dom.root, d.Name, d.Descriptors, names, intern, dom.atomic); err != nil {
 			return nil, err
 		}
 		t.domains[d.Name] = dom
@@ -273,7 +341,7 @@ func compile(cfg *config.Config, intern func(*floodgate.Policy) *floodgate.Polic
 	return t, nil
 }
 
-func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.Descriptor, names map[string]string, intern func(*floodgate.Policy) *floodgate.Policy) error {
+func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.Descriptor, names map[string]string, intern func(*floodgate.Policy) *floodgate.Policy, atomic bool) error {
 	for _, d := range ds {
 		n := &node{children: map[string]*node{}, composite: d.Key, value: d.Value, share: d.ShareThreshold}
 		if d.Value != "" {
@@ -307,7 +375,7 @@ func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.De
 				r.limit = limitOf(&p, rl.Name)
 			default:
 				name := policyName(full, names, d)
-				r.policy, r.check = fixedWindows(name, rl.RequestsPerUnit, rl.Unit, cfg.Envoy.CalendarMonth)
+				r.policy, r.check = fixedWindows(name, rl.RequestsPerUnit, rl.Unit, cfg.Envoy.CalendarMonth, !atomic)
 				r.fixed = true
 			}
 			if r.policy != nil {
@@ -323,7 +391,7 @@ func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.De
 		if strings.Contains(n.composite, "*") {
 			parent.wildcards = append(parent.wildcards, n)
 		}
-		if err := compileNodes(cfg, n, full, d.Descriptors, names, intern); err != nil {
+		if err := compileNodes(cfg, n, full, d.Descriptors, names, intern, atomic); err != nil {
 			return err
 		}
 	}
@@ -336,11 +404,13 @@ func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.De
 // of max+1, which shares its state (same name and shape): a peek of 1
 // under it passes exactly when the count has not passed the limit. With
 // calendarMonth, a month is the UTC calendar month (SPEC.md, "Envoy's
-// rate limit service"): align calendar, period month.
-func fixedWindows(name string, rpu uint32, unit config.Unit, calendarMonth bool) (*floodgate.Policy, *floodgate.Policy) {
+// rate limit service"): align calendar, period month. Without
+// countDenied (an atomic domain's), a denied hit counts nothing, so that a
+// denied group spends nothing on any member.
+func fixedWindows(name string, rpu uint32, unit config.Unit, calendarMonth, countDenied bool) (*floodgate.Policy, *floodgate.Policy) {
 	p := &floodgate.Policy{
 		Name: name, Algorithm: floodgate.FixedWindow, Max: int64(rpu),
-		Window: unit.Duration(), CountDenied: new(true),
+		Window: unit.Duration(), CountDenied: new(countDenied),
 	}
 	if calendarMonth && unit == config.Month {
 		p.Window, p.Align, p.Period = 0, "calendar", "month"
@@ -457,7 +527,7 @@ func (d *domain) override(l *Limit, entries []Entry) *rule {
 	if r, ok := d.overrides[k]; ok {
 		return r
 	}
-	p, check := fixedWindows(name, l.RequestsPerUnit, l.Unit, d.calendarMonth)
+	p, check := fixedWindows(name, l.RequestsPerUnit, l.Unit, d.calendarMonth, !d.atomic)
 	r := &rule{limit: Limit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}, policy: p, check: check, fixed: true, label: label}
 	if len(d.overrides) >= maxOverrides {
 		clear(d.overrides)

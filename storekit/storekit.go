@@ -315,6 +315,16 @@ var ErrFull = fmt.Errorf("%w: store full, a new key refused", floodgate.ErrUnava
 // failure of the store: a failure policy does not degrade it.
 var ErrCrossSlot = errors.New("storekit: the group's keys hash to different Redis Cluster slots (set hash_tag on its policies and begin its keys with one {tag})")
 
+// Sharded is implemented by stores whose keys may live on several backend
+// nodes (the Redis store on a Cluster): Sharded reports whether they do
+// now. Such a store decides a group only when its members' keys share a
+// slot (ErrCrossSlot), so a caller that groups keys it does not choose
+// (package rls, for Envoy's atomic domains) refuses to start on it. Test
+// for it with a type assertion; a store without it is on one node.
+type Sharded interface {
+	Sharded() bool
+}
+
 // Router is implemented by stores whose keys live on several backend nodes
 // (the Redis store on a Cluster): Node names the node that decides key
 // under policy p (a master's address), so that a failure policy judges each

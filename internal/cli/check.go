@@ -87,7 +87,11 @@ func (e *environ) check(args []string) int {
 	fmt.Fprintf(w, "\nEnvoy domains (%d):\n", len(cfg.Domains))
 	sort.Slice(cfg.Domains, func(i, j int) bool { return cfg.Domains[i].Name < cfg.Domains[j].Name })
 	for _, d := range cfg.Domains {
-		fmt.Fprintf(w, "  %s  (%s:%d)\n", d.Name, d.File, d.Line)
+		atomic := ""
+		if cfg.Envoy.Atomic(d.Name) {
+			atomic = ", atomic: a request's descriptors are one group"
+		}
+		fmt.Fprintf(w, "  %s  (%s:%d%s)\n", d.Name, d.File, d.Line, atomic)
 		printRules(w, d.Descriptors, "    ")
 	}
 	w.Flush()

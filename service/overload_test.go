@@ -122,12 +122,21 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 					return in == i+1 && q == 0
 				})
 			}
+			var lastIn, lastQ int
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("last seen: %d in flight, %d queued; overloaded %d", lastIn, lastQ, rec.overloaded.Load())
+				}
+			})
 			queued := make([]answer, maxQueue)
 			for i := range queued {
 				call(&held, &queued[i])
 			}
 			waitFor(t, "the queue full", func() bool {
-				_, q := service.Bound(svc)
+				in, q := service.Bound(svc)
+				if q != maxQueue && t.Context().Err() == nil {
+					lastIn, lastQ = in, q
+				}
 				return q == maxQueue
 			})
 			refused := make([]answer, 8)

@@ -13,7 +13,7 @@ FUZZTIME ?= 10s
 ## Chromium (the nested module browsertest/, which keeps chromedp out of
 ## go.mod; Chromium is installed when missing, and required).
 test: check redis browser
-	FLOODGATE_REQUIRE_REDIS=1 $(GO) test -race -shuffle=on -count=1 -json ./... | $(GO) run ./internal/testreport
+	FLOODGATE_REQUIRE_REDIS=1 $(GO) test -race -shuffle=on -count=1 -timeout 30m -json ./... | $(GO) run ./internal/testreport
 	cd browsertest && FLOODGATE_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -json ./... | $(GO) run ../internal/testreport
 
 ## redis: install redis-server (Debian's package) when it is not on PATH.

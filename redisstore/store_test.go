@@ -93,21 +93,28 @@ func dbsize(t testing.TB, servers ...*redistest.Server) func() int {
 }
 
 // The conformance suite, the vectors among it, on both paths: functions
-// and scripts.
+// and scripts. These tests, the TLS one and the differential ones are the
+// package's longest: they run in parallel (at most -parallel at a time,
+// GOMAXPROCS by default), each path on its own server, whose key count
+// the suite checks.
 
 func TestConformanceStandalone(t *testing.T) {
-	srv := redistest.StartServer(t)
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
 			floodgatetest.Run(t, replayHarness(client(t, srv), dbsize(t, srv), path.opts...))
 		})
 	}
 }
 
 func TestConformanceCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	t.Parallel()
 	for _, path := range paths {
 		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			cl := redistest.StartCluster(t, 3)
 			floodgatetest.Run(t, replayHarness(clusterClient(t, cl), dbsize(t, cl.Nodes...), path.opts...))
 		})
 	}
@@ -119,6 +126,7 @@ func TestConformanceCluster(t *testing.T) {
 // CLUSTER SLOTS). A client that does not trust the CA, or presents no
 // certificate, is refused with an error Misconfigured recognises.
 func TestConformanceTLS(t *testing.T) {
+	t.Parallel()
 	certs := redistest.NewCerts(t)
 	t.Run("Standalone", func(t *testing.T) {
 		srv := redistest.StartServer(t, redistest.WithTLS(certs, true))
@@ -215,24 +223,32 @@ func differential(t *testing.T, c redis.UniversalClient, tag string, runs, ops i
 }
 
 func TestDifferentialStandalone(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
-	runs := 300
+	runs := 150 // of 150 operations each, per path; make fuzz searches further
 	if testing.Short() {
 		runs = 40
 	}
 	for _, path := range paths {
-		t.Run(path.name, func(t *testing.T) { differential(t, client(t, srv), path.name, runs, 150, path.opts...) })
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			differential(t, client(t, srv), path.name, runs, 150, path.opts...)
+		})
 	}
 }
 
 func TestDifferentialCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
-	runs := 60
+	runs := 30
 	if testing.Short() {
 		runs = 10
 	}
 	for _, path := range paths {
-		t.Run(path.name, func(t *testing.T) { differential(t, clusterClient(t, cl), path.name, runs, 150, path.opts...) })
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			differential(t, clusterClient(t, cl), path.name, runs, 150, path.opts...)
+		})
 	}
 }
 

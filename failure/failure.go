@@ -225,9 +225,31 @@ var ErrBreakerOpen = errors.New("failure: store failing, not called (circuit ope
 type Option func(*options)
 
 type options struct {
-	log   *slog.Logger
-	obs   Observer
-	clock storekit.Clock
+	log       *slog.Logger
+	obs       Observer
+	clock     storekit.Clock
+	saturated func() bool
+}
+
+// ErrSaturated is wrapped by the error of a store call the policy's
+// timeout cut while the caller reported itself saturated (WithSaturation):
+// the wait was the caller's machine as much as the store, so the decision
+// is left to the caller (a service answers it with backpressure) instead
+// of being made by the failure mode. The call was sent: the store may
+// have counted it. The breaker counts it as a failure all the same, so a
+// store that stops answering under load still opens its breaker.
+var ErrSaturated = errors.New("failure: store call timed out while the caller was saturated")
+
+// WithSaturation asks saturated, when the policy's timeout cuts a store
+// call, whether the caller's own bound on store calls is full (decisions
+// waiting for a call, or every place in flight taken). When it says so,
+// Take returns an error wrapping ErrSaturated and the store's error
+// instead of a degraded decision (TakeBatch sets it as the outcome's
+// error, Guard.Do returns it as err). saturated is called concurrently and
+// must not block. Without this option every failure is the policy's to
+// decide.
+func WithSaturation(saturated func() bool) Option {
+	return func(o *options) { o.saturated = saturated }
 }
 
 // WithLogger sends the policy's log lines (a store failing, at most once a

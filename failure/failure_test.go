@@ -431,3 +431,67 @@ func TestBatchIsOneCallForTheBreaker(t *testing.T) {
 		t.Error("A's breaker closed after 3 failed batches; want it open")
 	}
 }
+
+// hangBatchStore is a hangStore that decides batches too: each request
+// hangs until the batch's deadline.
+type hangBatchStore struct{ hangStore }
+
+func (s hangBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	for i := range reqs {
+		d, err := s.Take(ctx, reqs[i])
+		out[i] = storekit.Outcome{Decision: d, Err: err}
+	}
+}
+
+// TestSaturation: a call the timeout cuts while the caller says it is
+// saturated comes back as an error wrapping ErrSaturated and the store's
+// error, not a degraded decision, by Take and by TakeBatch; the breaker
+// counts it a failure all the same (it opens after MinCalls of them). Not
+// saturated, the same cut is the failure mode's.
+func TestSaturation(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%t", batch), func(t *testing.T) {
+			var saturated atomic.Bool
+			var inner floodgate.Store = hangStore{}
+			if batch {
+				inner = hangBatchStore{}
+			}
+			s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Closed, Timeout: 10 * time.Millisecond,
+				Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Minute}},
+				failure.WithLogger(slog.New(slog.DiscardHandler)), failure.WithSaturation(saturated.Load))
+			if err != nil {
+				t.Fatal(err)
+			}
+			call := func() (floodgate.Decision, error) {
+				req := floodgate.Request{Policy: &policy, Key: "k", N: 1}
+				if !batch {
+					return s.Take(context.Background(), req)
+				}
+				out := make([]storekit.Outcome, 1)
+				s.TakeBatch(context.Background(), []floodgate.Request{req}, out)
+				return out[0].Decision, out[0].Err
+			}
+			d, err := call()
+			if err != nil || !d.Degraded || d.Allowed {
+				t.Fatalf("not saturated: %+v, %v; want the closed mode's decision", d, err)
+			}
+			saturated.Store(true)
+			d, err = call()
+			if !errors.Is(err, failure.ErrSaturated) || !errors.Is(err, context.DeadlineExceeded) || d != (floodgate.Decision{}) {
+				t.Fatalf("saturated: %+v, %v; want an error wrapping ErrSaturated and the deadline", d, err)
+			}
+			// The third failed call opens the breaker (MinCalls 3): the
+			// next one is decided at once by the failure mode.
+			if _, err := call(); !errors.Is(err, failure.ErrSaturated) {
+				t.Fatalf("third call: %v; want ErrSaturated", err)
+			}
+			if b := s.Guard().Breakers(); len(b) != 1 || !b[0].Open {
+				t.Fatalf("breakers %+v after 3 cut calls; want the store's open", b)
+			}
+			d, err = call()
+			if err != nil || !d.Degraded || d.Allowed {
+				t.Errorf("breaker open: %+v, %v; want the closed mode's decision", d, err)
+			}
+		})
+	}
+}

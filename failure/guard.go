@@ -3,6 +3,7 @@ package failure
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,8 @@ type Guard struct {
 	obs    Observer
 	clock  storekit.Clock
 
+	saturated func() bool // WithSaturation's, or nil
+
 	breakers sync.Map // node -> *breaker
 
 	// failLog and fallbackLog keep a failing store from writing a log line
@@ -37,7 +40,7 @@ func NewGuard(p Policy, opts ...Option) (*Guard, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g := &Guard{log: o.log, obs: o.obs, clock: o.clock}
+	g := &Guard{log: o.log, obs: o.obs, clock: o.clock, saturated: o.saturated}
 	if g.log == nil {
 		g.log = slog.Default()
 	}
@@ -135,7 +138,9 @@ func requestError(err error) bool {
 // err is set, and the decision void, for a request the store refused
 // (an error wrapping floodgate.ErrInvalidPolicy, ErrInvalidKey,
 // ErrInvalidCost or ErrClosed) and when ctx itself ended: neither is a
-// store failure.
+// store failure. It is also set, wrapping ErrSaturated, when the timeout
+// cut the call while the caller was saturated (WithSaturation); the
+// breaker counted that one as a failure.
 func (g *Guard) Do(ctx context.Context, op, node string, call, fallback func(context.Context) (floodgate.Decision, error)) (d floodgate.Decision, cause, err error) {
 	p := g.policy.Load()
 	b := g.breaker(node)
@@ -156,7 +161,9 @@ func (g *Guard) Do(ctx context.Context, op, node string, call, fallback func(con
 		cctx = dc
 	}
 	d, err = call(cctx)
+	cut := false // the policy's timeout cut the call
 	if dc != nil {
+		cut = err != nil && errors.Is(dc.Err(), context.DeadlineExceeded)
 		dc.release()
 	}
 	took := time.Since(start)
@@ -187,8 +194,18 @@ func (g *Guard) Do(ctx context.Context, op, node string, call, fallback func(con
 	if err == nil {
 		return d, nil, nil
 	}
+	if cut && g.saturatedNow() {
+		return floodgate.Decision{}, nil, saturatedError(err)
+	}
 	return g.degrade(ctx, p, node, err, fallback), err, nil
 }
+
+// saturatedNow reports whether the caller says it is saturated
+// (WithSaturation).
+func (g *Guard) saturatedNow() bool { return g.saturated != nil && g.saturated() }
+
+// saturatedError is the error of a call the timeout cut under saturation.
+func saturatedError(err error) error { return fmt.Errorf("%w: %w", ErrSaturated, err) }
 
 func (g *Guard) observe(op, node string, took time.Duration, err error) {
 	if g.obs != nil {

@@ -14,7 +14,9 @@ import (
 // its Take never fails because the store did (see the package
 // documentation); it returns an error only for a request the store refused
 // (floodgate.ErrInvalidPolicy, ErrInvalidKey, ErrInvalidCost), after Close
-// (ErrClosed), and when the caller's context ended. It is a
+// (ErrClosed), when the caller's context ended, and (wrapping
+// ErrSaturated) when the timeout cut the call while the caller said it was
+// saturated (WithSaturation). It is a
 // storekit.BatchStore when the store it wraps is one, passes Ping on, and
 // reports the wrapped store's Budgets (storekit.BudgetStore).
 //
@@ -115,7 +117,8 @@ func grantDegraded(req *floodgate.Request, d *floodgate.Decision) {
 // storekit.BatchStore; otherwise one Take each), each request by the
 // failure policy when the store fails it or its node's breaker is open.
 // The whole batch has one timeout, and each node's share of it is one call
-// for the node's breaker (failed when any of its decisions failed).
+// for the node's breaker (failed when any of its decisions failed). An
+// outcome's error is Take's.
 func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
 	if s.batch == nil {
 		for i := range reqs {
@@ -161,6 +164,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	start := time.Now()
 	s.batch.TakeBatch(cctx, sub, res)
 	took := time.Since(start)
+	cut := cancel != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) // the policy's timeout cut the batch
 	if cancel != nil {
 		cancel()
 	}
@@ -201,6 +205,10 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 			}
 		}
 		if err != nil {
+			if cut && s.g.saturatedNow() {
+				out[i] = storekit.Outcome{Err: saturatedError(err)}
+				continue
+			}
 			d = s.g.degrade(ctx, p, nodes[i], err, s.fallbackOf(p, &reqs[i]))
 			grantDegraded(&reqs[i], &d)
 		}

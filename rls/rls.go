@@ -133,6 +133,9 @@ func (e *Engine) Compile(cfg *config.Config) (*Table, error) {
 // force. Requests in flight finish under the old table.
 func (e *Engine) Swap(t *Table) { e.table.Store(t) }
 
+// Service returns the service the engine decides through.
+func (e *Engine) Service() *service.Service { return e.svc }
+
 // Table returns the table in force.
 func (e *Engine) Table() *Table { return e.table.Load() }
 

@@ -107,6 +107,13 @@ func (b *batcher) do(ctx context.Context, reqs []floodgate.Request, out []storek
 	return nil
 }
 
+// saturated reports whether requests wait for a batch.
+func (b *batcher) saturated() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.queued > 0
+}
+
 // withdraw takes p out of the queue if no batch took it yet, and reports
 // whether it did.
 func (b *batcher) withdraw(p *pending) bool {

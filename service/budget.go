@@ -95,6 +95,9 @@ func (s *Service) CheckAtMost(ctx context.Context, items []Item, peek bool) (Ver
 	asked := s.clock.Now()
 	s.guarded.TakeBatch(ctx, reqs, outs)
 	for i := range reqs {
+		if outs[i].Err != nil {
+			outs[i].Decision, outs[i].Err = s.cutUnderLoad(ctx, st, &reqs[i], outs[i].Err)
+		}
 		if err := budgetError(outs[i].Err, fmt.Sprintf("requests[%d]", i)); err != nil {
 			return Verdict{}, err
 		}
@@ -201,6 +204,9 @@ func (s *Service) takeBudget(ctx context.Context, req floodgate.Request) (floodg
 	ctx, span := tracer.Start(ctx, "floodgate.store")
 	defer span.End()
 	d, err := s.guarded.Take(ctx, req)
+	if err != nil {
+		d, err = s.cutUnderLoad(ctx, s.state.Load(), &req, err)
+	}
 	if span.IsRecording() {
 		span.SetAttributes(decisionAttrs(&req, d)...)
 	}
@@ -208,6 +214,22 @@ func (s *Service) takeBudget(ctx context.Context, req floodgate.Request) (floodg
 		return floodgate.Decision{}, err
 	}
 	return d, nil
+}
+
+// cutUnderLoad answers a store call that store.timeout cut while the
+// service was saturated (shed) as the overload mode says: an error
+// wrapping ErrOverloaded, or the failure policy's decision. Any other err
+// comes back as it is.
+func (s *Service) cutUnderLoad(ctx context.Context, st *state, req *floodgate.Request, err error) (floodgate.Decision, error) {
+	qerr := shed(err)
+	if qerr == nil {
+		return floodgate.Decision{}, err
+	}
+	s.overloaded(st, qerr, 1)
+	if st.cfg.Overload.Mode != config.OverloadFailurePolicy {
+		return floodgate.Decision{}, qerr
+	}
+	return s.guarded.Refused(ctx, *req, qerr), nil
 }
 
 // budgetError turns a store's refusal of a budget request into a

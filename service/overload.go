@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgatehq/floodgate/failure"
 )
 
 // ErrOverloaded is wrapped by the error of Check, Peek and Decide for a
-// decision the service refused because the store calls in flight were at
-// their bound (overload.max_inflight) and the queue was full
-// (overload.max_queue) or the decision's wait in it passed
-// (overload.queue_wait), in overload mode backpressure. Such a decision
-// was never sent to the store: nothing was counted, nothing admitted.
-// Transports answer it with HTTP 503 (or overload.status) and
+// decision the service could not make because it was saturated, in
+// overload mode backpressure: the store calls in flight were at their
+// bound (overload.max_inflight) and the queue was full (overload.max_queue)
+// or the decision's wait in it passed (overload.queue_wait) — such a
+// decision was never sent to the store, nothing was counted — or its store
+// call was sent but store.timeout cut it while decisions were queued
+// behind the bound (the store may have counted it). Either way nothing was
+// admitted. Transports answer it with HTTP 503 (or overload.status) and
 // Retry-After, or gRPC RESOURCE_EXHAUSTED.
 var ErrOverloaded = errors.New("service: overloaded")
 
@@ -22,23 +26,54 @@ var ErrOverloaded = errors.New("service: overloaded")
 var (
 	errQueueFull = fmt.Errorf("%w: the queue of decisions waiting for a store call is full (overload.max_queue)", ErrOverloaded)
 	errQueueWait = fmt.Errorf("%w: no store call came free within overload.queue_wait", ErrOverloaded)
+	errCallCut   = fmt.Errorf("%w: store.timeout cut the store call while decisions were queued behind overload.max_inflight", ErrOverloaded)
 )
 
-// overloadReason is the metrics label of an ErrOverloaded: "queue_full"
-// or "queue_wait".
+// overloadReason is the metrics label of an ErrOverloaded: "queue_full",
+// "queue_wait" or "store_timeout".
 func overloadReason(err error) string {
-	if errors.Is(err, errQueueFull) {
+	switch {
+	case errors.Is(err, errQueueFull):
 		return "queue_full"
+	case errors.Is(err, errCallCut):
+		return "store_timeout"
 	}
 	return "queue_wait"
+}
+
+// shed returns the overload error of a store call cut under saturation
+// (an error wrapping failure.ErrSaturated), or nil for any other err.
+func shed(err error) error {
+	if !errors.Is(err, failure.ErrSaturated) {
+		return nil
+	}
+	return errCallCut
+}
+
+// saturated reports whether decisions queue behind the current bound on
+// store calls: the service takes more than the store answers, and a call
+// that store.timeout cuts then was as much the service's own queue (and
+// the machine under it) as the store. The failure policy asks it when
+// store.timeout cuts a call (WithSaturation).
+func (s *Service) saturated() bool {
+	st := s.state.Load()
+	switch {
+	case st == nil:
+		return false
+	case st.batch != nil:
+		return st.batch.saturated()
+	case st.gate != nil:
+		return st.gate.saturated()
+	}
+	return false
 }
 
 // OverloadObserver is implemented by an Observer that counts the
 // decisions refused by the overload bound.
 type OverloadObserver interface {
 	// Overloaded reports decisions refused (n of them) for reason
-	// "queue_full" or "queue_wait", answered as the overload mode says:
-	// "backpressure" or "failure_policy".
+	// "queue_full", "queue_wait" or "store_timeout", answered as the
+	// overload mode says: "backpressure" or "failure_policy".
 	Overloaded(reason, mode string, n int)
 }
 
@@ -94,3 +129,6 @@ func (g *gate) acquire(ctx context.Context, n int) error {
 }
 
 func (g *gate) release() { <-g.slots }
+
+// saturated reports whether calls wait for a slot.
+func (g *gate) saturated() bool { return g.queued.Load() > 0 }

@@ -51,7 +51,8 @@ func (r *overloadRecorder) reason(key string) int64 {
 // against the stalled store: each returns within queue_wait +
 // store.timeout (give or take a generous margin: liveness, not speed),
 // with ErrOverloaded or a fail-open answer, and every fail-open answer is
-// a store call that was sent and timed out: none comes from queueing.
+// a store call that was sent and timed out while no caller queued: none
+// comes from queueing.
 func TestOverloadStalledStore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -91,6 +92,12 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 			if d := one(t, svc, "fw", "warm"); d.Degraded {
 				t.Fatalf("before the stall: %v", d)
 			}
+			// Every connection the test will use is open before the
+			// stall: a connection dialed through the stalled proxy would
+			// fail its handshake after the client's read timeout (3s) and
+			// end its call early, so that on a slow machine the queue
+			// drained before the test saw it full.
+			warmPool(t, c, 16)
 
 			type answer struct {
 				d    floodgate.Decision
@@ -172,7 +179,7 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 			if err := svc.Reload(mustParse(t, config(storeTimeout, queueWait))); err != nil {
 				t.Fatal(err)
 			}
-			base, baseOver := rec.snapshot(), rec.overloaded.Load()
+			base, baseOver, baseCut := rec.snapshot(), rec.overloaded.Load(), rec.reason("store_timeout/backpressure")
 			proxy.Stall()
 			var all sync.WaitGroup
 			many := make([]answer, inflight+maxQueue+16)
@@ -197,8 +204,9 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 				}
 			}
 			got = rec.snapshot()
-			if d, e := got.degraded-base.degraded, got.storeErrors-base.storeErrors; d != degraded || d != e {
-				t.Errorf("phase 2: %d degraded answers seen, %d counted, %d failed store calls; want all equal: only a call sent to the store may end degraded", degraded, d, e)
+			cut := rec.reason("store_timeout/backpressure") - baseCut
+			if d, e := got.degraded-base.degraded, got.storeErrors-base.storeErrors; d != degraded || int64(d)+cut != int64(e) {
+				t.Errorf("phase 2: %d degraded answers seen, %d counted, %d cut while callers queued, %d failed store calls; want degraded seen = counted, and counted + cut = failed: only a call sent to the store may end degraded", degraded, d, cut, e)
 			}
 			if o := rec.overloaded.Load() - baseOver; o != overloaded {
 				t.Errorf("phase 2: %d ErrOverloaded answers, %d counted", overloaded, o)
@@ -206,7 +214,7 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 			if n := svc.Queued(); n != 0 {
 				t.Errorf("Queued() = %d after every caller returned; want 0", n)
 			}
-			t.Logf("phase 2: %d callers: %d refused (backpressure), %d fail-open after a store timeout", len(many), overloaded, degraded)
+			t.Logf("phase 2: %d callers: %d refused (backpressure; %d of them cut while callers queued), %d fail-open after a store timeout", len(many), overloaded, cut, degraded)
 
 			// Resumed: the store decides again (the timed-out connections
 			// are replaced).
@@ -462,5 +470,139 @@ overload: {max_inflight: 1, max_queue: 4, queue_wait: 1m}
 				t.Errorf("%d degraded, %d refused by the bound; want none", c.degraded, rec.overloaded.Load())
 			}
 		})
+	}
+}
+
+// stalledStore is a store that, while stalled, answers no call until its
+// context ends (as a Redis that stopped answering), then fails with the
+// context's error.
+type stalledStore struct {
+	floodgate.Store
+	stalled atomic.Bool
+}
+
+func (s *stalledStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	if s.stalled.Load() {
+		<-ctx.Done()
+		return floodgate.Decision{}, fmt.Errorf("%w: stalled: %w", floodgate.ErrUnavailable, ctx.Err())
+	}
+	return s.Store.Take(ctx, req)
+}
+
+type stalledBatchStore struct{ *stalledStore }
+
+func (s stalledBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	for i := range reqs {
+		d, err := s.Take(ctx, reqs[i])
+		out[i] = storekit.Outcome{Decision: d, Err: err}
+	}
+}
+
+// TestOverloadCutWhileQueued: a store call that store.timeout cuts while
+// decisions queue behind the bound is the service's overload, answered by
+// the overload mode (backpressure: ErrOverloaded, counted with reason
+// store_timeout; failure_policy: the failure mode's decision, counted
+// too), never a fail-open answer; a call cut while nothing queues is the
+// failure mode's (the store stopped answering, not the service saturated).
+// The failure policy's observer sees every cut call as a failed one.
+//
+// Without batching the order is exact: 2 calls in flight and 4 queued
+// against a store that never answers; the first 4 cuts each see callers
+// queued behind them, the last 2 see none. With batching (8 decisions in
+// 2 batches), at least the first cut sees the queue; the rest go in a
+// later batch.
+func TestOverloadCutWhileQueued(t *testing.T) {
+	for _, mode := range []string{"backpressure", "failure_policy"} {
+		for _, batched := range []bool{false, true} {
+			t.Run(mode+"/"+batchedName(batched), func(t *testing.T) {
+				t.Parallel()
+				stalled := &stalledStore{Store: newMem(t, storekit.SystemClock{})}
+				var st floodgate.Store = stalled
+				if batched {
+					st = stalledBatchStore{stalled}
+				}
+				maxInflight := map[bool]int{false: 2, true: 8}[batched]
+				cfg := fmt.Sprintf(`
+policies: {fw: "fixed_window 10/1h"}
+store: {timeout: 200ms, batching: %t}
+failure: {mode: closed, retry_after: 3s, breaker: {disabled: true}}
+overload: {mode: %s, max_inflight: %d, max_queue: 16, queue_wait: 1m}
+`, batched, mode, maxInflight)
+				rec := &overloadRecorder{}
+				svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+				if err != nil {
+					t.Fatal(err)
+				}
+				stalled.stalled.Store(true)
+				type answer struct {
+					d   floodgate.Decision
+					err error
+				}
+				answers := make([]answer, 6)
+				var wg sync.WaitGroup
+				for i := range answers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						v, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: fmt.Sprint("k", i)}})
+						answers[i].err = err
+						if err == nil {
+							answers[i].d = v.Items[0].Decision
+						}
+					}()
+					if i < 2 {
+						waitFor(t, "a call in flight", func() bool { in, q := service.Bound(svc); return in == i+1 && q == 0 })
+					} else {
+						waitFor(t, "a call queued", func() bool { _, q := service.Bound(svc); return q == i-1 })
+					}
+				}
+				wg.Wait()
+				var overloaded, failureMode int
+				for i, a := range answers {
+					switch {
+					case errors.Is(a.err, service.ErrOverloaded) && mode == "backpressure":
+						overloaded++
+					case a.err == nil && a.d.Degraded && !a.d.Allowed && a.d.RetryAfter == 3*time.Second:
+						failureMode++
+					default:
+						t.Errorf("caller %d: %+v, %v; want ErrOverloaded (backpressure) or the closed mode's decision", i, a.d, a.err)
+					}
+				}
+				cut := rec.reason("store_timeout/" + mode)
+				if mode == "backpressure" && cut != int64(overloaded) {
+					t.Errorf("%d ErrOverloaded answers, %d counted as store_timeout", overloaded, cut)
+				}
+				if n := rec.overloaded.Load(); n != cut {
+					t.Errorf("%d refused by the bound, %d of them store_timeout; want all (nothing was refused before it was sent)", n, cut)
+				}
+				want := map[bool]int64{false: 4, true: -1}[batched]
+				if want >= 0 && cut != want || cut < 1 {
+					t.Errorf("%d cut calls answered by the overload mode; want %d (without batching) and at least 1", cut, want)
+				}
+				if e := rec.snapshot().storeErrors; e != len(answers) {
+					t.Errorf("%d failed store calls observed; want %d: every cut call is a failure for the breaker", e, len(answers))
+				}
+				t.Logf("%d callers: %d answered by the overload mode (store_timeout), %d by the failure mode", len(answers), cut, len(answers)-int(cut))
+			})
+		}
+	}
+}
+
+// warmPool opens n connections of c's pool (each answers a PING), and
+// returns them to it idle.
+func warmPool(t *testing.T, c *redis.Client, n int) {
+	t.Helper()
+	conns := make([]*redis.Conn, n)
+	for i := range conns {
+		conns[i] = c.Conn()
+		if err := conns[i].Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cn := range conns {
+		cn.Close()
+	}
+	if idle := c.PoolStats().IdleConns; idle < uint32(n) {
+		t.Fatalf("%d idle connections after warming %d", idle, n)
 	}
 }

@@ -160,7 +160,7 @@ func New(cfg *config.Config, o Options) (*Service, error) {
 	if err := s.budget.setKey(cfg); err != nil {
 		return nil, fmt.Errorf("service: New: %w", err)
 	}
-	opts := []failure.Option{failure.WithLogger(s.log), failure.WithClock(s.clock)}
+	opts := []failure.Option{failure.WithLogger(s.log), failure.WithClock(s.clock), failure.WithSaturation(s.saturated)}
 	if fo, ok := o.Observer.(failure.Observer); ok {
 		opts = append(opts, failure.WithObserver(fo))
 	}
@@ -470,6 +470,14 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 			return nil, err
 		}
 		for j, i := range todo {
+			if err := results[j].Err; errors.Is(err, ErrOverloaded) {
+				if st.cfg.Overload.Mode != config.OverloadFailurePolicy {
+					span.End()
+					return nil, err
+				}
+				out[i] = s.guarded.Refused(ctx, reqs[i], err)
+				continue
+			}
 			out[i] = s.settle(st, &reqs[i], results[j].Decision, results[j].Err, now)
 			if span.IsRecording() {
 				span.AddEvent("decision", trace.WithAttributes(decisionAttrs(&reqs[i], out[i])...))
@@ -510,34 +518,50 @@ func (s *Service) take(ctx context.Context, st *state, req floodgate.Request) (d
 			s.overloaded(st, qerr, 1)
 			return floodgate.Decision{}, nil, qerr
 		}
-		return out[0].Decision, out[0].Err, nil
+		d, err = out[0].Decision, out[0].Err
 	case st.gate != nil:
 		if qerr := st.gate.acquire(ctx, 1); qerr != nil {
 			s.overloaded(st, qerr, 1)
 			return floodgate.Decision{}, nil, qerr
 		}
-		defer st.gate.release()
+		d, err = s.guarded.Take(ctx, req)
+		st.gate.release()
+	default:
+		d, err = s.guarded.Take(ctx, req)
 	}
-	d, err = s.guarded.Take(ctx, req)
+	if qerr := shed(err); qerr != nil {
+		s.overloaded(st, qerr, 1)
+		return floodgate.Decision{}, nil, qerr
+	}
 	return d, err, nil
 }
 
 // takeBatch is take for several requests, sent together; its error is
-// take's qerr.
+// take's qerr. An outcome whose store call was cut under saturation has
+// an error wrapping ErrOverloaded (counted for the observer).
 func (s *Service) takeBatch(ctx context.Context, st *state, reqs []floodgate.Request, out []storekit.Outcome) error {
 	switch {
 	case st.batch != nil:
-		err := st.batch.do(ctx, reqs, out)
-		s.overloaded(st, err, len(reqs))
-		return err
+		if err := st.batch.do(ctx, reqs, out); err != nil {
+			s.overloaded(st, err, len(reqs))
+			return err
+		}
 	case st.gate != nil:
 		if err := st.gate.acquire(ctx, len(reqs)); err != nil {
 			s.overloaded(st, err, len(reqs))
 			return err
 		}
-		defer st.gate.release()
+		s.guarded.TakeBatch(ctx, reqs, out)
+		st.gate.release()
+	default:
+		s.guarded.TakeBatch(ctx, reqs, out)
 	}
-	s.guarded.TakeBatch(ctx, reqs, out)
+	for i := range out {
+		if qerr := shed(out[i].Err); qerr != nil {
+			s.overloaded(st, qerr, 1)
+			out[i].Err = qerr
+		}
+	}
 	return nil
 }
 

@@ -150,7 +150,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"mode"}),
 		overload: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_overload_rejected_total",
-			Help: "Decisions the service did not send to the store because the store calls in flight were at their bound (overload.max_inflight) and the queue was full (reason queue_full) or the wait passed (queue_wait); mode says how they were answered: backpressure (503/429, RESOURCE_EXHAUSTED; never counted as degraded) or failure_policy.",
+			Help: "Decisions the service answered by its overload mode: not sent to the store because the store calls in flight were at their bound (overload.max_inflight) and the queue was full (reason queue_full) or the wait passed (queue_wait), or sent and cut by store.timeout while decisions queued behind the bound (store_timeout); mode says how they were answered: backpressure (503/429, RESOURCE_EXHAUSTED; never counted as degraded) or failure_policy.",
 		}, []string{"reason", "mode"}),
 		build: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_build_info",

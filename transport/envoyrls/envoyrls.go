@@ -163,7 +163,9 @@ func code(c rls.Code) rlsv3.RateLimitResponse_Code {
 // JSONHandler serves envoyproxy/ratelimit's /json endpoint: a
 // RateLimitRequest in protobuf's JSON form, answered with the
 // RateLimitResponse in the same form; 200, or 429 when the overall code is
-// OVER_LIMIT. A malformed or refused request gets 400 with a JSON error
+// OVER_LIMIT. A request the service refused under its overload bound gets
+// overload.status (503 by default) with Retry-After and the JSON error
+// "overloaded". A malformed or refused request gets 400 with a JSON error
 // naming the problem; a body over maxBody bytes 413; a Content-Type other
 // than JSON (none, and the form type curl -d sends, are taken, as on
 // /v1/check) 415. Every error body is a JSON object, whatever the input.
@@ -205,8 +207,10 @@ func JSONHandler(eng *rls.Engine, maxBody int64) http.Handler {
 				return
 			}
 			if errors.Is(err, service.ErrOverloaded) {
+				// Backpressure, with the operator's status
+				// (overload.status): 503, or 429.
 				w.Header().Set("Retry-After", "1")
-				jsonError(w, http.StatusServiceUnavailable, "overloaded", "the rate limit service is overloaded; retry later")
+				jsonError(w, eng.Service().Config().Overload.Status, "overloaded", "the rate limit service is overloaded; retry later")
 				return
 			}
 			jsonError(w, http.StatusServiceUnavailable, "store_unavailable", "the store is unavailable; try again")

@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -41,12 +42,24 @@ func (s *heldStore) Take(ctx context.Context, req floodgate.Request) (floodgate.
 
 // TestOverloadedResourceExhausted: a request refused by the overload bound
 // (one call in flight, held; the queue's wait 1ms) is RESOURCE_EXHAUSTED
-// over gRPC, and 503 overloaded with Retry-After on /json; no status is
-// made up for it.
+// over gRPC, and overloaded with Retry-After on /json, with the status
+// overload.status says (503 by default, or 429); no status is made up for
+// it.
 func TestOverloadedResourceExhausted(t *testing.T) {
-	const conf = `
+	for _, code := range []int{0, 429} {
+		t.Run(fmt.Sprint("status=", code), func(t *testing.T) { testOverloaded(t, code) })
+	}
+}
+
+func testOverloaded(t *testing.T, code int) {
+	conf := `
 overload: {max_inflight: 1, max_queue: 1, queue_wait: 1ms}
 `
+	want := 503
+	if code != 0 {
+		conf = fmt.Sprintf("overload: {max_inflight: 1, max_queue: 1, queue_wait: 1ms, status: %d}\n", code)
+		want = code
+	}
 	cfg, err := config.Parse(config.Source{Name: "f.yaml", Data: []byte(conf)}, sourcesOf(t, "example1.yaml")[0])
 	if err != nil {
 		t.Fatal(err)
@@ -88,8 +101,8 @@ overload: {max_inflight: 1, max_queue: 1, queue_wait: 1ms}
 	}
 	w := httptest.NewRecorder()
 	envoyrls.JSONHandler(eng, 1<<20).ServeHTTP(w, httptest.NewRequest("POST", "/json", strings.NewReader(`{"domain":"mongo_cps","descriptors":[{"entries":[{"key":"database","value":"users"}]}]}`)))
-	if w.Code != 503 || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), `"overloaded"`) {
-		t.Errorf("/json while overloaded: %d %v %s; want 503 overloaded, Retry-After 1", w.Code, w.Header(), w.Body)
+	if w.Code != want || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), `"overloaded"`) {
+		t.Errorf("/json while overloaded: %d %v %s; want %d overloaded, Retry-After 1", w.Code, w.Header(), w.Body, want)
 	}
 	close(st.release)
 	wg.Wait()

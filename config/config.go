@@ -96,6 +96,13 @@ type Store struct {
 	// only; default false). A replica lags its master, so a peek may see a
 	// count from a moment ago.
 	ReadFromReplicas bool
+	// Clock says whose clock times the decisions made in Redis: "redis"
+	// (the default, also meant by ""), the server's TIME read by each call, or
+	// "service", this process's clock passed with each call, which spares
+	// Redis the TIME call (about a fifth of a fixed_window decision's
+	// instructions) and asks the replicas' clocks to be kept in step (NTP).
+	// The memory store always uses the service's clock.
+	Clock string
 	// TLS configures TLS to every Redis node and sentinel.
 	TLS StoreTLS
 }
@@ -337,6 +344,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.Store.Prefix == "" {
 		c.Store.Prefix = DefaultPrefix
+	}
+	if c.Store.Clock == "" {
+		c.Store.Clock = "redis"
 	}
 	if c.Store.Timeout == 0 {
 		c.Store.Timeout = DefaultTimeout
@@ -947,6 +957,15 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 	}
 	if v, ok := fs["read_from_replicas"]; ok {
 		s.ReadFromReplicas, _ = r.boolean(v.value, "store.read_from_replicas")
+	}
+	if v, ok := fs["clock"]; ok {
+		if c, ok := r.str(v.value, "store.clock"); ok {
+			if c != "redis" && c != "service" {
+				r.errorf(v.value, "store.clock", "want redis (the server's TIME) or service (this process's clock), found %q", c)
+			} else {
+				s.Clock = c
+			}
+		}
 	}
 	if s.Type == "" {
 		switch {

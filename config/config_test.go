@@ -126,7 +126,7 @@ store:
 store:
   type: memory
   tpye: redis
-`, []string{"f.yaml:3: store.tpye: unknown field; allowed here: type, url, addrs, master, username, password, prefix, timeout, max_keys, hash_keys_secret, batching, over_limit_cache, read_from_replicas, tls"}},
+`, []string{"f.yaml:3: store.tpye: unknown field; allowed here: type, url, addrs, master, username, password, prefix, timeout, max_keys, hash_keys_secret, batching, over_limit_cache, read_from_replicas, clock, tls"}},
 		{"unknown fields of failure, admin, limits, listen, envoy", `
 failure:
   modus: open

@@ -19,6 +19,7 @@ import (
 	"github.com/floodgatehq/floodgate/internal/throttle"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // openedStore is the store serve decides through, and what it needs to
@@ -72,6 +73,9 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 	}
 	if s.HashKeysSecret != "" {
 		opts = append(opts, redisstore.WithHashedKeys([]byte(s.HashKeysSecret)))
+	}
+	if s.Clock == "service" {
+		opts = append(opts, redisstore.WithClock(storekit.SystemClock{}))
 	}
 	rs, err := redisstore.New(client, opts...)
 	if err != nil {

@@ -1,0 +1,68 @@
+package cli_test
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/floodgatehq/floodgate/internal/redistest"
+)
+
+// TestStoreClock: with store.clock service, floodgate serve times its Redis
+// decisions by its own clock, sent with each call: the server runs no TIME
+// for them; with the default (redis) every decision reads TIME. A value
+// that is neither is refused naming the field and what is allowed.
+func TestStoreClock(t *testing.T) {
+	srv := redistest.StartServer(t)
+	calls := func(cmd string) int64 {
+		t.Helper()
+		info, err := srv.Do(t, "INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, found := strings.Cut(info.(string), "cmdstat_"+cmd+":calls=")
+		if !found {
+			return 0
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		x, _ := strconv.ParseInt(v, 10, 64)
+		return x
+	}
+	for _, tc := range []struct {
+		clock    string
+		wantTime bool
+	}{{"", true}, {"redis", true}, {"service", false}} {
+		t.Run("clock="+tc.clock, func(t *testing.T) {
+			body := "policies:\n  api: \"fixed_window 1000/1h align first\"\n"
+			if tc.clock != "" {
+				body += "store:\n  clock: " + tc.clock + "\n"
+			}
+			conf := writeFile(t, "floodgate.yaml", body)
+			s := startServe(t, nil, "--config", conf, "--redis", "redis://"+srv.Addr)
+			beforeTime, beforeCalls := calls("time"), calls("fcall")
+			for i := range 10 {
+				res, err := http.Post("http://"+s.http+"/v1/check", "application/json", strings.NewReader(`{"policy":"api","key":"clock-`+tc.clock+`"}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					t.Fatalf("check %d: %d", i, res.StatusCode)
+				}
+			}
+			fcalls, times := calls("fcall")-beforeCalls, calls("time")-beforeTime
+			if fcalls < 10 {
+				t.Fatalf("%d FCALLs for 10 decisions", fcalls)
+			}
+			if got := times > 0; got != tc.wantTime {
+				t.Errorf("clock %q: %d TIME calls for %d FCALLs; want TIME read: %t", tc.clock, times, fcalls, tc.wantTime)
+			}
+		})
+	}
+	conf := writeFile(t, "floodgate.yaml", "store:\n  clock: ntp\n")
+	code, msg := refused(t, nil, "--config", conf, "--redis", "redis://"+srv.Addr)
+	if code == 0 || !strings.Contains(msg, "store.clock") || !strings.Contains(msg, `"ntp"`) || !strings.Contains(msg, "service") {
+		t.Errorf("store.clock ntp: exit %d, %q; want a refusal naming store.clock, the value and what is allowed", code, msg)
+	}
+}

@@ -154,11 +154,12 @@ fi
 		echo
 		echo "The saturating closed loop: $SATURATE clients, HTTP, 1 hot key, floodgate serve on Redis (store.timeout 50ms, failure.mode open):"
 		echo
-		echo "| pass | batching | decisions/s | degraded (fail-open) | backpressure | errors | p50 | p99 | over-admitted |"
-		echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+		echo "| pass | batching | decisions/s | degraded (fail-open) | backpressure | errors | p50 | p99 | beyond the bound | over-admitted (twin estimate) |"
+		echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 		jq -r '.report as $r | [ .pass, .batching, ($r.decisions_per_s|floor|tostring),
 			($r.degraded|tostring), ($r.backpressure|tostring), ($r.errors|tostring),
 			(($r.latency_us.p50/10|round)/100|tostring) + " ms", (($r.latency_us.p99/10|round)/100|tostring) + " ms",
+			(if $r.accuracy == null then "n/a" else ($r.accuracy.beyond_bound|tostring) end),
 			(if $r.accuracy == null then "n/a" else ($r.accuracy.over_admitted|tostring) end)
 		] | "| " + join(" | ") + " |"' "$out/saturate.json"
 		echo

@@ -234,7 +234,9 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 // not count it: the store was not asked.
 func (s *Store) Refused(ctx context.Context, req floodgate.Request, cause error) floodgate.Decision {
 	p := s.g.policy.Load()
-	return s.g.degrade(ctx, p, s.node(ctx, &req), cause, s.fallbackOf(p, &req))
+	d := s.g.degrade(ctx, p, s.node(ctx, &req), cause, s.fallbackOf(p, &req))
+	grantDegraded(&req, &d)
+	return d
 }
 
 func (s *Store) fallbackOf(p *Policy, req *floodgate.Request) func(context.Context) (floodgate.Decision, error) {

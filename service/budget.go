@@ -93,10 +93,14 @@ func (s *Service) CheckAtMost(ctx context.Context, items []Item, peek bool) (Ver
 	res := Verdict{Allowed: true, Items: make([]ItemDecision, len(reqs))}
 	outs := make([]storekit.Outcome, len(reqs))
 	asked := s.clock.Now()
-	s.guarded.TakeBatch(ctx, reqs, outs)
+	if err := s.takeBatch(ctx, st, reqs, outs); err != nil {
+		for i := range outs {
+			outs[i].Err = err
+		}
+	}
 	for i := range reqs {
 		if outs[i].Err != nil {
-			outs[i].Decision, outs[i].Err = s.cutUnderLoad(ctx, st, &reqs[i], outs[i].Err)
+			outs[i].Decision, outs[i].Err = s.overloadMode(ctx, st, &reqs[i], outs[i].Err)
 		}
 		if err := budgetError(outs[i].Err, fmt.Sprintf("requests[%d]", i)); err != nil {
 			return Verdict{}, err
@@ -197,15 +201,16 @@ func groupVerdict(req *floodgate.Request, d floodgate.Decision) GroupVerdict {
 	return v
 }
 
-// takeBudget decides one budget request through the failure policy
-// (never the over-limit cache, never the batcher) and turns the store's
-// refusals into *RequestErrors.
+// takeBudget decides one budget request through the failure policy,
+// within the bound on store calls (never the over-limit cache), and turns
+// the store's refusals into *RequestErrors.
 func (s *Service) takeBudget(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
 	ctx, span := tracer.Start(ctx, "floodgate.store")
 	defer span.End()
-	d, err := s.guarded.Take(ctx, req)
-	if err != nil {
-		d, err = s.cutUnderLoad(ctx, s.state.Load(), &req, err)
+	st := s.state.Load()
+	d, err, qerr := s.take(ctx, st, req)
+	if qerr != nil {
+		d, err = s.overloadMode(ctx, st, &req, qerr)
 	}
 	if span.IsRecording() {
 		span.SetAttributes(decisionAttrs(&req, d)...)
@@ -216,20 +221,15 @@ func (s *Service) takeBudget(ctx context.Context, req floodgate.Request) (floodg
 	return d, nil
 }
 
-// cutUnderLoad answers a store call that store.timeout cut while the
-// service was saturated (shed) as the overload mode says: an error
-// wrapping ErrOverloaded, or the failure policy's decision. Any other err
-// comes back as it is.
-func (s *Service) cutUnderLoad(ctx context.Context, st *state, req *floodgate.Request, err error) (floodgate.Decision, error) {
-	qerr := shed(err)
-	if qerr == nil {
+// overloadMode answers a request the bound on store calls refused (err
+// wrapping ErrOverloaded, counted already) as the overload mode says: the
+// error itself (backpressure), or the failure policy's decision. Any other
+// err comes back as it is.
+func (s *Service) overloadMode(ctx context.Context, st *state, req *floodgate.Request, err error) (floodgate.Decision, error) {
+	if !errors.Is(err, ErrOverloaded) || st.cfg.Overload.Mode != config.OverloadFailurePolicy {
 		return floodgate.Decision{}, err
 	}
-	s.overloaded(st, qerr, 1)
-	if st.cfg.Overload.Mode != config.OverloadFailurePolicy {
-		return floodgate.Decision{}, qerr
-	}
-	return s.guarded.Refused(ctx, *req, qerr), nil
+	return s.guarded.Refused(ctx, *req, err), nil
 }
 
 // budgetError turns a store's refusal of a budget request into a

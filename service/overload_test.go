@@ -606,3 +606,78 @@ func warmPool(t *testing.T, c *redis.Client, n int) {
 		t.Fatalf("%d idle connections after warming %d", idle, n)
 	}
 }
+
+// heldBudgetStore is a heldStore over a store with budgets (groups,
+// partial grants), which it reports.
+type heldBudgetStore struct{ *heldStore }
+
+func (heldBudgetStore) Budgets() bool { return true }
+
+// TestOverloadBoundsBudgets: atomic groups and partial grants go through
+// the bound on store calls like single decisions: while one group holds
+// the only call in flight, another group and a partial grant are refused
+// with ErrOverloaded (backpressure) or answered by the failure mode
+// (failure_policy, here closed), counted as queue_full; once the held call
+// returns, both are decided by the store.
+func TestOverloadBoundsBudgets(t *testing.T) {
+	for _, mode := range []string{"backpressure", "failure_policy"} {
+		t.Run(mode, func(t *testing.T) {
+			held := &heldStore{Store: newMem(t, storekit.SystemClock{}), entered: make(chan struct{}), release: make(chan struct{})}
+			cfg := fmt.Sprintf(`
+policies: {a: "fixed_window 10/1h", b: "fixed_window 10/1h"}
+store: {batching: false}
+failure: {mode: closed, retry_after: 3s}
+overload: {mode: %s, max_inflight: 1, max_queue: 1, queue_wait: 1m}
+`, mode)
+			rec := &overloadRecorder{}
+			svc, err := service.New(mustParse(t, cfg), service.Options{Store: heldBudgetStore{held}, Logger: quiet, Observer: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			group := []service.Item{{Policy: "a", Key: "k"}, {Policy: "b", Key: "k"}}
+			held.hold.Store(true)
+			first := make(chan error, 1)
+			go func() {
+				_, err := svc.CheckGroup(context.Background(), group, false)
+				first <- err
+			}()
+			<-held.entered
+			held.hold.Store(false)
+			queued := make(chan error, 1)
+			go func() {
+				_, err := svc.CheckGroup(context.Background(), group, false)
+				queued <- err
+			}()
+			waitFor(t, "a group queued", func() bool { _, q := service.Bound(svc); return q == 1 })
+			v, err := svc.CheckGroup(context.Background(), group, false)
+			g, gerr := svc.CheckAtMost(context.Background(), []service.Item{{Policy: "a", Key: "p", Cost: 3, AtMost: true}}, false)
+			switch mode {
+			case "backpressure":
+				if !errors.Is(err, service.ErrOverloaded) || !errors.Is(gerr, service.ErrOverloaded) {
+					t.Errorf("group %v, partial grant %v while the bound is full; want ErrOverloaded for both", err, gerr)
+				}
+			default:
+				if err != nil || v.Decision.Allowed || !v.Decision.Degraded || v.Decision.RetryAfter != 3*time.Second {
+					t.Errorf("group while the bound is full: %+v, %v; want the closed mode's decision", v, err)
+				}
+				if gerr != nil || g.Allowed || !g.Items[0].Decision.Degraded {
+					t.Errorf("partial grant while the bound is full: %+v, %v; want the closed mode's decision", g, gerr)
+				}
+			}
+			if n := rec.reason("queue_full/" + mode); n != 2 {
+				t.Errorf("%d counted as queue_full/%s; want 2", n, mode)
+			}
+			close(held.release)
+			if err := <-first; err != nil {
+				t.Fatalf("held group: %v", err)
+			}
+			if err := <-queued; err != nil {
+				t.Fatalf("queued group: %v", err)
+			}
+			v, err = svc.CheckGroup(context.Background(), group, true)
+			if err != nil || v.Decision.Degraded || v.Decision.Remaining != 7 {
+				t.Errorf("peek after: %+v, %v; want the store's decision, remaining 7 (a peek of 1 after two groups: none refused was counted)", v, err)
+			}
+		})
+	}
+}

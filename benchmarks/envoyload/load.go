@@ -14,6 +14,8 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/floodgatehq/floodgate/benchmarks/internal/procstat"
 )
 
 const (
@@ -125,7 +127,7 @@ type loadResult struct {
 	firstErr              error
 	perSec                float64
 	lat                   []time.Duration // sorted
-	cpu0, cpu1            cpuSample
+	cpu0, cpu1            procstat.Sample
 	window                time.Duration
 }
 
@@ -133,7 +135,7 @@ func (r *loadResult) decisions() int64 { return r.ok + r.overLimit }
 
 // runLoad drives cl with w for warmup+duration. At the start and the end of
 // the measured window it calls mark (to read CPU counters).
-func runLoad(ctx context.Context, cl *client, w workload, warmup, duration time.Duration, seed uint64, mark func() (cpuSample, error)) (*loadResult, error) {
+func runLoad(ctx context.Context, cl *client, w workload, warmup, duration time.Duration, seed uint64, mark func() (procstat.Sample, error)) (*loadResult, error) {
 	res := &loadResult{window: duration}
 	keys := make([]string, w.keys)
 	for i := range keys {

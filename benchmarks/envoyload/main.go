@@ -33,7 +33,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +40,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgatehq/floodgate/benchmarks/internal/cmdstats"
+	"github.com/floodgatehq/floodgate/benchmarks/internal/procstat"
 	"github.com/floodgatehq/floodgate/benchmarks/redisserver"
 )
 
@@ -118,7 +119,7 @@ type row struct {
 // and returns every run.
 func run(ctx context.Context, o options, stdout io.Writer) ([]row, error) {
 	logf := func(format string, a ...any) { fmt.Fprintf(o.logw, time.Now().Format("15:04:05 ")+format+"\n", a...) }
-	if err := initClkTck(); err != nil {
+	if err := procstat.Init(); err != nil {
 		return nil, err
 	}
 	redisserver.Binary = o.redisServer
@@ -156,7 +157,7 @@ func run(ctx context.Context, o options, stdout io.Writer) ([]row, error) {
 	}
 	defer srv.Stop()
 	e.redisAddr = srv.Addr
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 2, MaxRetries: -1})
+	admin := srv.Admin()
 	defer admin.Close()
 	logf("redis-server pid %d on %s", srv.Pid(), srv.Addr)
 
@@ -229,7 +230,7 @@ func run(ctx context.Context, o options, stdout io.Writer) ([]row, error) {
 					}
 					rt := redisFor[c.cluster]
 					if o.maxForeign < 100 {
-						if f := waitQuiet(ctx, rt.pid, o.maxForeign, o.maxWait); f > o.maxForeign {
+						if f := procstat.WaitQuiet(ctx, o.maxForeign, o.maxWait, rt.pid); f > o.maxForeign {
 							logf("still %.0f%% foreign CPU after waiting %s; running anyway", f, o.maxWait)
 						}
 					}
@@ -286,7 +287,7 @@ func startCluster(ctx context.Context) (*redisserver.Server, *redis.Client, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 2, MaxRetries: -1})
+	admin := srv.Admin()
 	fail := func(err error) (*redisserver.Server, *redis.Client, error) {
 		admin.Close()
 		srv.Stop()
@@ -331,21 +332,23 @@ func runOne(ctx context.Context, e *env, admin *redis.Client, redisPid int, o op
 		return r, err
 	}
 	defer cl.close()
-	var stats []cmdStat
+	var stats []cmdstats.Stat
 	first := true
-	mark := func() (cpuSample, error) {
+	// mark reads the CPU time of redis-server (Pids[0]) and of the
+	// contender (Pids[1]).
+	mark := func() (procstat.Sample, error) {
 		if first {
 			first = false
 			if err := admin.ConfigResetStat(ctx).Err(); err != nil {
-				return cpuSample{}, err
+				return procstat.Sample{}, err
 			}
-			return readCPU(redisPid, p.pid())
+			return procstat.Read(redisPid, p.pid())
 		}
-		s, err := readCPU(redisPid, p.pid())
+		s, err := procstat.Read(redisPid, p.pid())
 		if err != nil {
 			return s, err
 		}
-		stats, err = commandStats(ctx, admin)
+		stats, err = cmdstats.Read(ctx, admin)
 		return s, err
 	}
 	res, err := runLoad(ctx, cl, w, o.warmup, o.duration, uint64(pass*1000+runN), mark)
@@ -363,58 +366,14 @@ func runOne(ctx context.Context, e *env, admin *redis.Client, redisPid int, o op
 	}
 	n := float64(res.decisions())
 	if n > 0 {
-		r.redisUs = float64(ticks(res.cpu1.redis-res.cpu0.redis)) / 1e3 / n
-		r.contUs = float64(ticks(res.cpu1.contender-res.cpu0.contender)) / 1e3 / n
-		r.genUs = float64(res.cpu1.self-res.cpu0.self) / 1e3 / n
-		var cmds []string
-		for _, st := range stats {
-			if st.calls/n >= 0.01 {
-				cmds = append(cmds, fmt.Sprintf("%s %.2f/decision %.1fµs/call", st.name, st.calls/n, st.usec/st.calls))
-			}
-		}
-		r.commands = strings.Join(cmds, ", ")
+		r.redisUs = float64(procstat.Ticks(res.cpu1.Pids[0]-res.cpu0.Pids[0])) / 1e3 / n
+		r.contUs = float64(procstat.Ticks(res.cpu1.Pids[1]-res.cpu0.Pids[1])) / 1e3 / n
+		r.genUs = float64(res.cpu1.Self-res.cpu0.Self) / 1e3 / n
+		r.commands = cmdstats.PerDecision(stats, n)
 	}
-	r.foreign, r.steal, r.genPct, r.redisPct, r.contPct = res.cpu1.shares(res.cpu0)
+	sh := res.cpu1.Shares(res.cpu0, res.cpu1.At.Sub(res.cpu0.At))
+	r.foreign, r.steal, r.genPct, r.redisPct, r.contPct = sh.Foreign, sh.Steal, sh.Self, sh.Pids[0], sh.Pids[1]
 	return r, nil
-}
-
-type cmdStat struct {
-	name        string
-	calls, usec float64
-}
-
-// commandStats parses INFO commandstats (cmdstat_<name>:calls=…,usec=…),
-// leaving out the harness's own commands.
-func commandStats(ctx context.Context, a *redis.Client) ([]cmdStat, error) {
-	s, err := a.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return nil, err
-	}
-	var out []cmdStat
-	for _, line := range strings.Split(s, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, fields, _ := strings.Cut(rest, ":")
-		if name == "info" || strings.HasPrefix(name, "config") {
-			continue
-		}
-		st := cmdStat{name: name}
-		for _, f := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			x, _ := strconv.ParseFloat(v, 64)
-			switch k {
-			case "calls":
-				st.calls = x
-			case "usec":
-				st.usec = x
-			}
-		}
-		out = append(out, st)
-	}
-	slices.SortFunc(out, func(a, b cmdStat) int { return strings.Compare(a.name, b.name) })
-	return out, nil
 }
 
 // describeMachine is the report's preamble: versions, machine, commit,
@@ -452,7 +411,7 @@ func describeMachine(ctx context.Context, admin *redis.Client, o options, rlVers
 	fmt.Fprintf(&b, "- `%s` (%s, %s warm-up + %s measured per run, open loop %d/s with at most %d in flight, %d gRPC connections)\n",
 		o.commandLine, plural(o.passes, "pass", "passes"), o.warmup, o.duration, o.openRate, o.openWorkers, o.conns)
 	fmt.Fprintf(&b, "- floodgate at %s; github.com/envoyproxy/ratelimit %s (src/service_cmd); redis-server %s; %s; %d CPUs (%s); CLK_TCK %d; %s\n",
-		commit, rlVersion, ver, goVer, nCPU, model, clkTck, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+		commit, rlVersion, ver, goVer, procstat.CPUs(), model, procstat.ClockTick(), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	return b.String()
 }
 

@@ -24,7 +24,7 @@ func server(t *testing.T) (*redisserver.Server, *redis.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	admin := srv.Admin()
 	t.Cleanup(func() { admin.Close() })
 	return srv, admin
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgatehq/floodgate/benchmarks/internal/cmdstats"
 	"github.com/floodgatehq/floodgate/redisstore"
 	"github.com/floodgatehq/floodgate/storekit"
 )
@@ -146,17 +147,17 @@ func measureCalls(ctx context.Context, admin *redis.Client, addr string, cases [
 			if err := <-errs; err != nil {
 				return nil, err
 			}
-			stats, err := commandStats(ctx, admin)
+			stats, err := cmdstats.Read(ctx, admin)
 			if err != nil {
 				return nil, err
 			}
 			var us float64 = -1
 			var others []string
 			for _, st := range stats {
-				if st.name == cc.command {
-					us = st.usec / st.calls
-				} else if st.calls >= float64(calls)/100 {
-					others = append(others, fmt.Sprintf("%s %.2f× %.2fµs", st.name, st.calls/float64(calls), st.usec/st.calls))
+				if st.Name == cc.command {
+					us = st.Usec / st.Calls
+				} else if st.Calls >= float64(calls)/100 {
+					others = append(others, fmt.Sprintf("%s %.2f× %.2fµs", st.Name, st.Calls/float64(calls), st.Usec/st.Calls))
 				}
 			}
 			if us < 0 {

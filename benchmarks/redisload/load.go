@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate/benchmarks/internal/cmdstats"
+	"github.com/floodgatehq/floodgate/benchmarks/internal/procstat"
 )
 
 // loadParams: every decision of a run is allowed, and a key's state lives
@@ -86,7 +85,8 @@ func runLoad(ctx context.Context, admin *redis.Client, lib library, cfg loadConf
 		return res, err
 	}
 	var allDecisions atomic.Int64
-	cpu0, err := readCPU(cfg.redisPid)
+	// Pids[0] of a sample is redis-server's CPU time.
+	cpu0, err := procstat.Read(cfg.redisPid)
 	if err != nil {
 		return res, err
 	}
@@ -140,26 +140,20 @@ func runLoad(ctx context.Context, admin *redis.Client, lib library, cfg loadConf
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	cpu1, err := readCPU(cfg.redisPid)
+	cpu1, err := procstat.Read(cfg.redisPid)
 	if err != nil {
 		return res, err
 	}
 	if firstErr != nil {
 		return res, firstErr
 	}
-	stats, err := commandStats(ctx, admin)
+	stats, err := cmdstats.Read(ctx, admin)
 	if err != nil {
 		return res, err
 	}
 	n := float64(allDecisions.Load())
-	var cmds []string
-	for _, st := range stats {
-		if st.calls/n >= 0.01 {
-			cmds = append(cmds, fmt.Sprintf("%s %.2f/decision %.1fµs/call", st.name, st.calls/n, st.usec/st.calls))
-		}
-	}
-	res.serverUsPerDecision = float64(cpu1.server-cpu0.server) / float64(hz) * 1e6 / n
-	res.commands = strings.Join(cmds, ", ")
+	res.serverUsPerDecision = float64(cpu1.Pids[0]-cpu0.Pids[0]) / float64(procstat.ClockTick()) * 1e6 / n
+	res.commands = cmdstats.PerDecision(stats, n)
 	var all []time.Duration
 	for _, l := range lats {
 		all = append(all, l...)
@@ -173,7 +167,8 @@ func runLoad(ctx context.Context, admin *redis.Client, lib library, cfg loadConf
 	// calls are percentiles over decisions.
 	res.p50 = quantile(all, 0.50)
 	res.p99 = quantile(all, 0.99)
-	res.foreign, res.steal, res.clientCPU, res.serverCPU = cpu1.sub(cpu0, wall)
+	sh := cpu1.Shares(cpu0, wall)
+	res.foreign, res.steal, res.clientCPU, res.serverCPU = sh.Foreign, sh.Steal, sh.Self, sh.Pids[0]
 	return res, nil
 }
 
@@ -220,132 +215,4 @@ func prepareKeys(ctx context.Context, lim limiter, lib library, keys []string, c
 	wg.Wait()
 	close(errs)
 	return <-errs
-}
-
-// cpuSample: the machine's busy (user, nice, system) and steal time
-// (/proc/stat, jiffies), this process's CPU time (getrusage) and
-// redis-server's (/proc/<pid>/stat).
-type cpuSample struct {
-	busy, steal, total int64 // jiffies
-	self               time.Duration
-	server             int64 // jiffies
-}
-
-var hz = int64(100) // USER_HZ; Linux reports /proc times in 1/100 s
-
-func readCPU(redisPid int) (cpuSample, error) {
-	var s cpuSample
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return s, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return s, errors.New("/proc/stat: unexpected first line")
-	}
-	v := make([]int64, len(f))
-	for i := 1; i < len(f); i++ {
-		v[i], _ = strconv.ParseInt(f[i], 10, 64)
-	}
-	// user nice system idle iowait irq softirq steal. Interrupt time is
-	// left out of busy: the loopback traffic between client and server is
-	// processed in softirq, which no process's CPU time includes.
-	s.busy = v[1] + v[2] + v[3]
-	s.steal = v[8]
-	s.total = v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7] + v[8]
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return s, err
-	}
-	s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	if redisPid > 0 {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", redisPid))
-		if err != nil {
-			return s, err
-		}
-		str := string(b)
-		rest := str[strings.LastIndexByte(str, ')')+2:]
-		g := strings.Fields(rest) // g[0] is field 3 (state)
-		ut, _ := strconv.ParseInt(g[11], 10, 64)
-		st, _ := strconv.ParseInt(g[12], 10, 64)
-		s.server = ut + st
-	}
-	return s, nil
-}
-
-// sub returns, as percentages of all CPUs over wall: the busy time of other
-// processes, steal, this process's and redis-server's CPU.
-func (b cpuSample) sub(a cpuSample, wall time.Duration) (foreign, steal, self, server float64) {
-	capacity := wall.Seconds() * float64(nCPU)
-	busy := float64(b.busy-a.busy) / float64(hz)
-	selfS := (b.self - a.self).Seconds()
-	serverS := float64(b.server-a.server) / float64(hz)
-	foreign = (busy - selfS - serverS) / capacity * 100
-	if foreign < 0 {
-		foreign = 0
-	}
-	return foreign, float64(b.steal-a.steal) / float64(hz) / capacity * 100, selfS / capacity * 100, serverS / capacity * 100
-}
-
-type cmdStat struct {
-	name        string
-	calls, usec float64
-}
-
-// commandStats parses INFO commandstats (cmdstat_<name>:calls=…,usec=…,…),
-// leaving out the admin client's own commands.
-func commandStats(ctx context.Context, a *redis.Client) ([]cmdStat, error) {
-	s, err := a.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return nil, err
-	}
-	var out []cmdStat
-	for _, line := range strings.Split(s, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, fields, _ := strings.Cut(rest, ":")
-		if name == "info" || name == "config|resetstat" || name == "config" {
-			continue
-		}
-		st := cmdStat{name: name}
-		for _, f := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			x, _ := strconv.ParseFloat(v, 64)
-			switch k {
-			case "calls":
-				st.calls = x
-			case "usec":
-				st.usec = x
-			}
-		}
-		out = append(out, st)
-	}
-	slices.SortFunc(out, func(a, b cmdStat) int { return strings.Compare(a.name, b.name) })
-	return out, nil
-}
-
-// waitQuiet waits (up to max) until other processes use at most maxForeign
-// % of all CPUs over one second, so that a run does not start in the middle
-// of a neighbour's burst. It returns the last reading.
-func waitQuiet(redisPid int, maxForeign float64, max time.Duration) float64 {
-	deadline := time.Now().Add(max)
-	for {
-		a, err := readCPU(redisPid)
-		if err != nil {
-			return -1
-		}
-		t0 := time.Now()
-		time.Sleep(time.Second)
-		b, err := readCPU(redisPid)
-		if err != nil {
-			return -1
-		}
-		f, _, _, _ := b.sub(a, time.Since(t0))
-		if f <= maxForeign || time.Now().After(deadline) {
-			return f
-		}
-	}
 }

@@ -28,7 +28,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,10 +35,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgatehq/floodgate/benchmarks/internal/procstat"
 	"github.com/floodgatehq/floodgate/benchmarks/redisserver"
 )
-
-var nCPU = runtime.NumCPU()
 
 func main() {
 	var (
@@ -137,6 +135,7 @@ func main() {
 	}
 
 	if strings.Contains(*mode, "load") {
+		must(procstat.Init())
 		srv, admin := start()
 		defer srv.Stop()
 		defer admin.Close()
@@ -169,7 +168,7 @@ func main() {
 					}
 					var r loadResult
 					for try := 1; ; try++ {
-						if f := waitQuiet(srv.Pid(), *maxForeign, *maxWait); f > *maxForeign {
+						if f := procstat.WaitQuiet(ctx, *maxForeign, *maxWait, srv.Pid()); f > *maxForeign {
 							log.Printf("still %.0f%% foreign CPU after waiting %s; running anyway", f, *maxWait)
 						}
 						var err error
@@ -205,7 +204,7 @@ func start() (*redisserver.Server, *redis.Client) {
 	srv, err := redisserver.Start()
 	must(err)
 	log.Printf("redis-server pid %d on %s", srv.Pid(), srv.Addr)
-	return srv, redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 2, MaxRetries: -1})
+	return srv, srv.Admin()
 }
 
 func describeServer(ctx context.Context, w io.Writer, a *redis.Client, srv *redisserver.Server) {

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Server is a running redis-server started by Start.
@@ -86,6 +88,13 @@ func Start(extra ...string) (*Server, error) {
 
 // Pid is the server's process id.
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Admin returns a new client of the server for a harness's own commands
+// (FLUSHALL, CONFIG RESETSTAT, INFO): at most two connections, and no
+// retries, so that a failure shows at once. The caller closes it.
+func (s *Server) Admin() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 2, MaxRetries: -1})
+}
 
 // Stop terminates the server (SIGTERM; SIGKILL after 5 s) and removes its
 // directory. It is idempotent.

@@ -77,6 +77,8 @@ func loadLibraries(batch int) []library {
 		floodgateLib(fmt.Sprintf("floodgate-gcra-batch%d", batch), batch, func(p params) string { return gcraText(p.gcra) }),
 		floodgateLib("floodgate-fixed_window", 1, func(p params) string { return fixedText(p.fixed) }),
 		floodgateLib(fmt.Sprintf("floodgate-fixed_window-batch%d", batch), batch, func(p params) string { return fixedText(p.fixed) }),
+		floodgateLib("floodgate-gcra-callerclock", 1, func(p params) string { return gcraText(p.gcra) }, redisstore.WithClock(storekit.SystemClock{})),
+		floodgateLib("floodgate-fixed_window-callerclock", 1, func(p params) string { return fixedText(p.fixed) }, redisstore.WithClock(storekit.SystemClock{})),
 		redisRateLib(),
 		ululeLib(),
 		throttledLib(),
@@ -84,13 +86,15 @@ func loadLibraries(batch int) []library {
 }
 
 // floodgateLib is floodgate's redisstore with the policy text(p), named
-// "api", default options (prefix "fg", no usage tracking), scripts loaded by
-// Preload. With batch 1 each decision is one Store.Take (one FCALL);
-// otherwise each call is one Store.TakeBatch of batch requests (one
-// pipelined round trip).
-func floodgateLib(name string, batch int, text func(params) string) library {
+// "api", default options (prefix "fg", no usage tracking) and opts, scripts
+// loaded by Preload. With batch 1 each decision is one Store.Take (one
+// FCALL); otherwise each call is one Store.TakeBatch of batch requests (one
+// pipelined round trip). The "callerclock" ones send this process's clock
+// with each call (redisstore.WithClock; floodgate serve's store.clock:
+// service) instead of reading the server's TIME.
+func floodgateLib(name string, batch int, text func(params) string, opts ...redisstore.Option) library {
 	return library{name: name, batch: batch, new: func(ctx context.Context, c *redis.Client, p params) (limiter, error) {
-		return newFloodgate(ctx, c, text(p))
+		return newFloodgate(ctx, c, text(p), opts...)
 	}}
 }
 

@@ -169,11 +169,12 @@ type Overload struct {
 	// Mode is what a decision that could not be sent in time becomes;
 	// the zero value is Backpressure.
 	Mode OverloadMode
-	// MaxInflight bounds the decisions in flight at the store at once
-	// (with store.batching, carried by at most a quarter as many
-	// pipelined batches; without, one store call each); 0 means the Redis
-	// connection pool's size (none for the memory store). From 1 to
-	// 100000.
+	// MaxInflight bounds the decisions in flight at each store node at
+	// once (a Redis Cluster's masters have a bound each; with
+	// store.batching, carried by at most a quarter as many pipelined
+	// batches; without, one store call each); 0 means the Redis
+	// connection pool's size, which go-redis keeps per node (none for the
+	// memory store). MaxQueue applies per node too. From 1 to 100000.
 	MaxInflight int
 	// MaxQueue bounds the decisions waiting for a call to finish; past
 	// it a decision is refused at once. 0 means DefaultMaxQueue; from 1

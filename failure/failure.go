@@ -228,7 +228,7 @@ type options struct {
 	log       *slog.Logger
 	obs       Observer
 	clock     storekit.Clock
-	saturated func() bool
+	saturated func(node string) bool
 }
 
 // ErrSaturated is wrapped by the error of a store call the policy's
@@ -241,14 +241,15 @@ type options struct {
 var ErrSaturated = errors.New("failure: store call timed out while the caller was saturated")
 
 // WithSaturation asks saturated, when the policy's timeout cuts a store
-// call, whether the caller's own bound on store calls is full (decisions
-// waiting for a call, or every place in flight taken). When it says so,
+// call to node ("" for a store without nodes), whether the caller's own
+// bound on calls to that node is full (decisions waiting for a call). When
+// it says so,
 // Take returns an error wrapping ErrSaturated and the store's error
 // instead of a degraded decision (TakeBatch sets it as the outcome's
 // error, Guard.Do returns it as err). saturated is called concurrently and
 // must not block. Without this option every failure is the policy's to
 // decide.
-func WithSaturation(saturated func() bool) Option {
+func WithSaturation(saturated func(node string) bool) Option {
 	return func(o *options) { o.saturated = saturated }
 }
 

@@ -458,7 +458,7 @@ func TestSaturation(t *testing.T) {
 			}
 			s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Closed, Timeout: 10 * time.Millisecond,
 				Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Minute}},
-				failure.WithLogger(slog.New(slog.DiscardHandler)), failure.WithSaturation(saturated.Load))
+				failure.WithLogger(slog.New(slog.DiscardHandler)), failure.WithSaturation(func(string) bool { return saturated.Load() }))
 			if err != nil {
 				t.Fatal(err)
 			}

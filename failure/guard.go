@@ -24,7 +24,7 @@ type Guard struct {
 	obs    Observer
 	clock  storekit.Clock
 
-	saturated func() bool // WithSaturation's, or nil
+	saturated func(node string) bool // WithSaturation's, or nil
 
 	breakers sync.Map // node -> *breaker
 
@@ -194,15 +194,15 @@ func (g *Guard) Do(ctx context.Context, op, node string, call, fallback func(con
 	if err == nil {
 		return d, nil, nil
 	}
-	if cut && g.saturatedNow() {
+	if cut && g.saturatedNow(node) {
 		return floodgate.Decision{}, nil, saturatedError(err)
 	}
 	return g.degrade(ctx, p, node, err, fallback), err, nil
 }
 
-// saturatedNow reports whether the caller says it is saturated
-// (WithSaturation).
-func (g *Guard) saturatedNow() bool { return g.saturated != nil && g.saturated() }
+// saturatedNow reports whether the caller says its calls to node are
+// saturated (WithSaturation).
+func (g *Guard) saturatedNow(node string) bool { return g.saturated != nil && g.saturated(node) }
 
 // saturatedError is the error of a call the timeout cut under saturation.
 func saturatedError(err error) error { return fmt.Errorf("%w: %w", ErrSaturated, err) }

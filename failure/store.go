@@ -205,7 +205,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 			}
 		}
 		if err != nil {
-			if cut && s.g.saturatedNow() {
+			if cut && s.g.saturatedNow(nodes[i]) {
 				out[i] = storekit.Outcome{Err: saturatedError(err)}
 				continue
 			}

@@ -1,32 +1,42 @@
 package service
 
-// BatcherQueued returns how many requests wait in the batcher of the
-// configuration in force, not yet handed to the store, or -1 when that
-// configuration does not batch. Tests that hold a batch in flight use it
-// to know when the other callers have queued behind it.
+// BatcherQueued returns how many requests wait in the batchers of the
+// configuration in force (every node's), not yet handed to the store, or
+// -1 when that configuration does not batch. Tests that hold a batch in
+// flight use it to know when the other callers have queued behind it.
 func BatcherQueued(s *Service) int {
-	b := s.state.Load().batch
-	if b == nil {
+	st := s.state.Load()
+	if st.bounds == nil || !st.bound.batching {
 		return -1
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.queue)
+	n := 0
+	st.bounds.each(func(nb *nodeBound) {
+		nb.batch.mu.Lock()
+		n += len(nb.batch.queue)
+		nb.batch.mu.Unlock()
+	})
+	return n
 }
 
-// Bound returns the store calls (batches, when batching) in flight under
-// the bound of the configuration in force, and the requests queued for
-// one; -1, -1 when that configuration has no bound.
+// Bound returns the decisions in flight (when batching; else the store
+// calls) under the bound of the configuration in force, every node's
+// together, and the requests queued for one; -1, -1 when that
+// configuration has no bound.
 func Bound(s *Service) (inflight, queued int) {
 	st := s.state.Load()
-	switch {
-	case st.batch != nil:
-		b := st.batch
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.inflight, b.queued
-	case st.gate != nil:
-		return len(st.gate.slots), int(st.gate.queued.Load())
+	if st.bounds == nil {
+		return -1, -1
 	}
-	return -1, -1
+	st.bounds.each(func(nb *nodeBound) {
+		if b := nb.batch; b != nil {
+			b.mu.Lock()
+			inflight += b.inflight
+			queued += b.queued
+			b.mu.Unlock()
+			return
+		}
+		inflight += len(nb.gate.slots)
+		queued += int(nb.gate.queued.Load())
+	})
+	return inflight, queued
 }

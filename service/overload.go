@@ -51,21 +51,17 @@ func shed(err error) error {
 }
 
 // saturated reports whether decisions queue behind the current bound on
-// store calls: the service takes more than the store answers, and a call
+// store calls to node: the service takes more than the node answers, and a call
 // that store.timeout cuts then was as much the service's own queue (and
 // the machine under it) as the store. The failure policy asks it when
 // store.timeout cuts a call (WithSaturation).
-func (s *Service) saturated() bool {
+func (s *Service) saturated(node string) bool {
 	st := s.state.Load()
-	switch {
-	case st == nil:
+	if st == nil || st.bounds == nil {
 		return false
-	case st.batch != nil:
-		return st.batch.saturated()
-	case st.gate != nil:
-		return st.gate.saturated()
 	}
-	return false
+	nb := st.bounds.lookup(node)
+	return nb != nil && nb.saturated()
 }
 
 // OverloadObserver is implemented by an Observer that counts the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -677,6 +678,102 @@ overload: {mode: %s, max_inflight: 1, max_queue: 1, queue_wait: 1m}
 			v, err = svc.CheckGroup(context.Background(), group, true)
 			if err != nil || v.Decision.Degraded || v.Decision.Remaining != 7 {
 				t.Errorf("peek after: %+v, %v; want the store's decision, remaining 7 (a peek of 1 after two groups: none refused was counted)", v, err)
+			}
+		})
+	}
+}
+
+// routedStore is a memory store whose keys live on two nodes by their
+// first letter ("a…" on A, the rest on B), and whose node A holds its
+// calls while hold is set (each holder sends on entered, then waits for
+// release). It is a storekit.Router and a storekit.BatchStore.
+type routedStore struct {
+	floodgate.Store
+	hold    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *routedStore) Node(_ context.Context, _ *floodgate.Policy, key string) string {
+	if strings.HasPrefix(key, "a") {
+		return "A"
+	}
+	return "B"
+}
+
+func (s *routedStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	if strings.HasPrefix(req.Key, "a") && s.hold.Load() {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.Store.Take(ctx, req)
+}
+
+func (s *routedStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	for i := range reqs {
+		d, err := s.Take(ctx, reqs[i])
+		out[i] = storekit.Outcome{Decision: d, Err: err}
+	}
+}
+
+// TestOverloadBoundPerNode: each store node has a bound of its own. While
+// node A holds the only call in flight it may have and its queue is full,
+// A's next decision is refused (ErrOverloaded), and node B's decisions are
+// made at once, alone or in a request whose items span both nodes (those
+// are split by node; a request that finds one node's bound full is refused
+// whole). Batched and not.
+func TestOverloadBoundPerNode(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(batchedName(batched), func(t *testing.T) {
+			st := &routedStore{Store: newMem(t, storekit.SystemClock{}), entered: make(chan struct{}), release: make(chan struct{})}
+			cfg := fmt.Sprintf(`
+policies: {fw: "fixed_window 100/1h"}
+store: {batching: %t}
+overload: {max_inflight: 1, max_queue: 1, queue_wait: 1m}
+`, batched)
+			rec := &overloadRecorder{}
+			svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(keys ...string) (service.Verdict, error) {
+				items := make([]service.Item, len(keys))
+				for i, k := range keys {
+					items[i] = service.Item{Policy: "fw", Key: k}
+				}
+				return svc.Check(context.Background(), items)
+			}
+			// Split by node with nothing held: every item decided.
+			if v, err := check("a0", "b0", "a0", "b0"); err != nil || !v.Allowed || v.Items[2].Decision.Remaining != 98 || v.Items[3].Decision.Remaining != 98 {
+				t.Fatalf("a request over both nodes: %+v, %v; want all four decided, each key twice", v, err)
+			}
+			st.hold.Store(true)
+			held := make(chan error, 2)
+			go func() { _, err := check("a1"); held <- err }()
+			<-st.entered
+			go func() { _, err := check("a2"); held <- err }()
+			waitFor(t, "a decision queued for node A", func() bool { _, q := service.Bound(svc); return q == 1 })
+			if _, err := check("a3"); !errors.Is(err, service.ErrOverloaded) {
+				t.Errorf("node A's third decision: %v; want ErrOverloaded (its bound and queue full)", err)
+			}
+			for _, keys := range [][]string{{"b1"}, {"b2", "b3"}} {
+				v, err := check(keys...)
+				if err != nil || !v.Allowed || v.Items[0].Decision.Degraded {
+					t.Errorf("node B's %v while A is full: %+v, %v; want decided by the store at once", keys, v, err)
+				}
+			}
+			if _, err := check("b4", "a4"); !errors.Is(err, service.ErrOverloaded) {
+				t.Errorf("a request over both nodes while A is full: %v; want ErrOverloaded", err)
+			}
+			st.hold.Store(false)
+			close(st.release)
+			for range 2 {
+				if err := <-held; err != nil {
+					t.Errorf("held or queued decision on A: %v", err)
+				}
+			}
+			if n := rec.overloaded.Load(); n != 2 {
+				t.Errorf("%d decisions refused; want 2 (a3, and a4 of the split request)", n)
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -122,9 +123,8 @@ type state struct {
 	cfg      *config.Config
 	policies map[string]*floodgate.Policy // named policies
 	names    []string                     // their names, sorted
-	batch    *batcher                     // nil without batching; else the bound on store calls
-	gate     *gate                        // the bound on store calls without batching; nil for none
-	bound    bound                        // what batch or gate were made for
+	bounds   *bounds                      // the bound on store calls, per node; nil for none
+	bound    bound                        // what bounds were made for
 }
 
 // bound is the shape of a state's bound on store calls: a reload that
@@ -204,13 +204,16 @@ func (s *Service) compile(cfg *config.Config, old *state) *state {
 	if wait <= 0 {
 		wait = config.DefaultQueueWait
 	}
+	maxInflight := st.bound.maxInflight
 	switch {
 	case old != nil && old.bound == st.bound:
-		st.batch, st.gate = old.batch, old.gate
+		st.bounds = old.bounds
 	case st.bound.batching:
-		st.batch = newBatcher(s.guarded, maxBatch, st.bound.maxInflight, queue, wait, &s.queued)
-	case st.bound.maxInflight > 0:
-		st.gate = newGate(st.bound.maxInflight, queue, wait, &s.queued)
+		st.bounds = &bounds{newBound: func() *nodeBound {
+			return &nodeBound{batch: newBatcher(s.guarded, maxBatch, maxInflight, queue, wait, &s.queued)}
+		}}
+	case maxInflight > 0:
+		st.bounds = &bounds{newBound: func() *nodeBound { return &nodeBound{gate: newGate(maxInflight, queue, wait, &s.queued)} }}
 	}
 	return st
 }
@@ -511,23 +514,22 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 // or the caller left while it waited (ctx's error); err is the guarded
 // store's.
 func (s *Service) take(ctx context.Context, st *state, req floodgate.Request) (d floodgate.Decision, err, qerr error) {
-	switch {
-	case st.batch != nil:
+	if st.bounds == nil {
+		d, err = s.guarded.Take(ctx, req)
+	} else if nb := st.bounds.of(s.nodeOf(ctx, &req)); nb.batch != nil {
 		var out [1]storekit.Outcome
-		if qerr := st.batch.do(ctx, []floodgate.Request{req}, out[:]); qerr != nil {
+		if qerr := nb.batch.do(ctx, []floodgate.Request{req}, out[:]); qerr != nil {
 			s.overloaded(st, qerr, 1)
 			return floodgate.Decision{}, nil, qerr
 		}
 		d, err = out[0].Decision, out[0].Err
-	case st.gate != nil:
-		if qerr := st.gate.acquire(ctx, 1); qerr != nil {
+	} else {
+		if qerr := nb.gate.acquire(ctx, 1); qerr != nil {
 			s.overloaded(st, qerr, 1)
 			return floodgate.Decision{}, nil, qerr
 		}
 		d, err = s.guarded.Take(ctx, req)
-		st.gate.release()
-	default:
-		d, err = s.guarded.Take(ctx, req)
+		nb.gate.release()
 	}
 	if qerr := shed(err); qerr != nil {
 		s.overloaded(st, qerr, 1)
@@ -536,25 +538,41 @@ func (s *Service) take(ctx context.Context, st *state, req floodgate.Request) (d
 	return d, err, nil
 }
 
-// takeBatch is take for several requests, sent together; its error is
-// take's qerr. An outcome whose store call was cut under saturation has
-// an error wrapping ErrOverloaded (counted for the observer).
+// takeBatch is take for several requests, sent together (together per
+// store node, each node's share under its own bound); its error is take's
+// qerr when all of them went to one node. Otherwise, and for an outcome
+// whose store call was cut under saturation, an outcome's error wraps
+// ErrOverloaded (counted for the observer) when its node's bound refused
+// it.
 func (s *Service) takeBatch(ctx context.Context, st *state, reqs []floodgate.Request, out []storekit.Outcome) error {
-	switch {
-	case st.batch != nil:
-		if err := st.batch.do(ctx, reqs, out); err != nil {
-			s.overloaded(st, err, len(reqs))
+	if st.bounds == nil {
+		s.guarded.TakeBatch(ctx, reqs, out)
+	} else if nbs, idx := s.byNode(ctx, st, reqs); idx == nil {
+		if err := s.takeBatchAt(ctx, st, nbs[0], reqs, out); err != nil {
 			return err
 		}
-	case st.gate != nil:
-		if err := st.gate.acquire(ctx, len(reqs)); err != nil {
-			s.overloaded(st, err, len(reqs))
-			return err
+	} else {
+		var wg sync.WaitGroup
+		for k, nb := range nbs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sub := make([]floodgate.Request, len(idx[k]))
+				subOut := make([]storekit.Outcome, len(idx[k]))
+				for j, i := range idx[k] {
+					sub[j] = reqs[i]
+				}
+				if err := s.takeBatchAt(ctx, st, nb, sub, subOut); err != nil {
+					for j := range subOut {
+						subOut[j] = storekit.Outcome{Err: err}
+					}
+				}
+				for j, i := range idx[k] {
+					out[i] = subOut[j]
+				}
+			}()
 		}
-		s.guarded.TakeBatch(ctx, reqs, out)
-		st.gate.release()
-	default:
-		s.guarded.TakeBatch(ctx, reqs, out)
+		wg.Wait()
 	}
 	for i := range out {
 		if qerr := shed(out[i].Err); qerr != nil {
@@ -562,6 +580,24 @@ func (s *Service) takeBatch(ctx context.Context, st *state, reqs []floodgate.Req
 			out[i].Err = qerr
 		}
 	}
+	return nil
+}
+
+// takeBatchAt is takeBatch for requests that all go to the node of nb.
+func (s *Service) takeBatchAt(ctx context.Context, st *state, nb *nodeBound, reqs []floodgate.Request, out []storekit.Outcome) error {
+	if nb.batch != nil {
+		if err := nb.batch.do(ctx, reqs, out); err != nil {
+			s.overloaded(st, err, len(reqs))
+			return err
+		}
+		return nil
+	}
+	if err := nb.gate.acquire(ctx, len(reqs)); err != nil {
+		s.overloaded(st, err, len(reqs))
+		return err
+	}
+	s.guarded.TakeBatch(ctx, reqs, out)
+	nb.gate.release()
 	return nil
 }
 

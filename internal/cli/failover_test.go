@@ -43,10 +43,9 @@ type failoverEvent struct {
 // 2 shared cores) never degrades a healthy master's answer by time alone:
 // a dead master's calls fail at once (its port refuses connections), so
 // the timeout does not slow the failover. The overload queue waits as
-// long: the service's bound on calls in flight is one for every node, so
-// while a dead master's calls hold places (up to the store timeout each),
-// the healthy masters' decisions wait behind them rather than being
-// refused with backpressure.
+// long: each node has its own bound on calls in flight, but a request
+// whose items span masters waits for the dead one's share, which holds
+// its places up to the store timeout.
 const failoverPolicy = `policies:
   fo: "gcra 5/1h burst 5"
 failure:

@@ -525,19 +525,7 @@ func testPeekOnReplica(t *testing.T, cl *redistest.Cluster) {
 			t.Errorf("peek of %s: %v, want allowed with 96 remaining once the replica caught up", key, d)
 		}
 	}
-	calls := func(n *redistest.Server, cmd string) int64 {
-		info, err := n.Do(t, "INFO", "commandstats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, rest, found := strings.Cut(info.(string), "cmdstat_"+cmd+":calls=")
-		if !found {
-			return 0
-		}
-		v, _, _ := strings.Cut(rest, ",")
-		x, _ := strconv.ParseInt(v, 10, 64)
-		return x
-	}
+	calls := func(n *redistest.Server, cmd string) int64 { return n.Calls(t, cmd) }
 	for i, m := range cl.Nodes {
 		r := cl.Replicas[i][0]
 		t.Logf("master %s: fcall %d, fcall_ro %d; replica %s: fcall_ro %d", m.Addr, calls(m, "fcall"), calls(m, "fcall_ro"), r.Addr, calls(r, "fcall_ro"))

@@ -404,11 +404,16 @@ func (s *heldStore) Take(ctx context.Context, req floodgate.Request) (floodgate.
 
 type heldBatchStore struct{ *heldStore }
 
-func (s heldBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+// takeEach is the TakeBatch of the test stores here: one Take each.
+func takeEach(ctx context.Context, s floodgate.Store, reqs []floodgate.Request, out []storekit.Outcome) {
 	for i := range reqs {
 		d, err := s.Take(ctx, reqs[i])
 		out[i] = storekit.Outcome{Decision: d, Err: err}
 	}
+}
+
+func (s heldBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	takeEach(ctx, s, reqs, out)
 }
 
 // TestOverloadCallerLeavesQueue: a caller whose context ends while its
@@ -493,10 +498,7 @@ func (s *stalledStore) Take(ctx context.Context, req floodgate.Request) (floodga
 type stalledBatchStore struct{ *stalledStore }
 
 func (s stalledBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
-	for i := range reqs {
-		d, err := s.Take(ctx, reqs[i])
-		out[i] = storekit.Outcome{Decision: d, Err: err}
-	}
+	takeEach(ctx, s, reqs, out)
 }
 
 // TestOverloadCutWhileQueued: a store call that store.timeout cuts while
@@ -710,10 +712,7 @@ func (s *routedStore) Take(ctx context.Context, req floodgate.Request) (floodgat
 }
 
 func (s *routedStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
-	for i := range reqs {
-		d, err := s.Take(ctx, reqs[i])
-		out[i] = storekit.Outcome{Decision: d, Err: err}
-	}
+	takeEach(ctx, s, reqs, out)
 }
 
 // TestOverloadBoundPerNode: each store node has a bound of its own. While

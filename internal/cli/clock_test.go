@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -15,20 +14,7 @@ import (
 // that is neither is refused naming the field and what is allowed.
 func TestStoreClock(t *testing.T) {
 	srv := redistest.StartServer(t)
-	calls := func(cmd string) int64 {
-		t.Helper()
-		info, err := srv.Do(t, "INFO", "commandstats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, rest, found := strings.Cut(info.(string), "cmdstat_"+cmd+":calls=")
-		if !found {
-			return 0
-		}
-		v, _, _ := strings.Cut(rest, ",")
-		x, _ := strconv.ParseInt(v, 10, 64)
-		return x
-	}
+	calls := func(cmd string) int64 { return srv.Calls(t, cmd) }
 	for _, tc := range []struct {
 		clock    string
 		wantTime bool

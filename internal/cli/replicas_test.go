@@ -3,7 +3,6 @@ package cli_test
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,19 +26,7 @@ func TestReadFromReplicas(t *testing.T) {
 	conf := writeFile(t, "floodgate.yaml", "policies:\n  api: \"fixed_window 1000/1h align first\"\n")
 	s := startServe(t, nil, "--config", conf, "--redis-cluster", strings.Join(cl.Addrs, ","), "--redis-read-from-replicas")
 
-	calls := func(n *redistest.Server, cmd string) int64 {
-		info, err := n.Do(t, "INFO", "commandstats")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, rest, found := strings.Cut(info.(string), "cmdstat_"+cmd+":calls=")
-		if !found {
-			return 0
-		}
-		v, _, _ := strings.Cut(rest, ",")
-		x, _ := strconv.ParseInt(v, 10, 64)
-		return x
-	}
+	calls := func(n *redistest.Server, cmd string) int64 { return n.Calls(t, cmd) }
 	post := func(path, key string) int {
 		t.Helper()
 		res, err := http.Post("http://"+s.http+path, "application/json", strings.NewReader(`{"policy":"api","key":"`+key+`"}`))

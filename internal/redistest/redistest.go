@@ -439,6 +439,29 @@ func (s *Server) Do(t testing.TB, args ...string) (reply any, err error) {
 	return do(s.Addr, s.User, s.Password, args...)
 }
 
+// Calls returns how many times the server ran cmd (lower case, as INFO
+// commandstats names it: "fcall", "time"), since it started or its last
+// CONFIG RESETSTAT; 0 for a command it never ran. It fails t when the
+// server does not answer.
+func (s *Server) Calls(t testing.TB, cmd string) int64 {
+	t.Helper()
+	info, err := s.Do(t, "INFO", "commandstats")
+	if err != nil {
+		t.Fatalf("redistest: INFO commandstats: %v", err)
+	}
+	text, _ := info.(string)
+	_, rest, found := strings.Cut(text, "cmdstat_"+cmd+":calls=")
+	if !found {
+		return 0
+	}
+	v, _, _ := strings.Cut(rest, ",")
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("redistest: INFO commandstats: calls of %s: %q", cmd, v)
+	}
+	return n
+}
+
 // LogTail returns the last n lines (all of them when n < 0) of the
 // server's output: what it printed before opening its log file
 // (configuration errors), then the log file, over all its runs. It is safe

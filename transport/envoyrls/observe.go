@@ -32,7 +32,7 @@ func Interceptor(obs reqlog.Observer, access reqlog.AccessLog) grpc.UnaryServerI
 		ctx, span := tracer.Start(ctx, strings.TrimPrefix(info.FullMethod, "/"), trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", info.FullMethod)))
 		var n *reqlog.Note
-		if access.Logger != nil {
+		if access.Enabled(ctx) {
 			n = &reqlog.Note{}
 			ctx = reqlog.WithNote(ctx, n)
 		}

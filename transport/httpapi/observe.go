@@ -50,7 +50,7 @@ func (a *api) observe(mux http.Handler) http.Handler {
 			trace.WithAttributes(attribute.String("http.request.method", r.Method)))
 		sw := &statusWriter{ResponseWriter: w}
 		var n *reqlog.Note
-		if a.o.Access.Logger != nil {
+		if a.o.Access.Enabled(ctx) {
 			n = &reqlog.Note{}
 			ctx = reqlog.WithNote(ctx, n)
 		}

@@ -61,6 +61,17 @@ type Line struct {
 	Note                                      *Note
 }
 
+// Enabled reports whether Write can write a line for a request of ctx:
+// the logger takes lines at debug, or at info when some are sampled. A
+// transport fills the request's Note only then, sparing the work of lines
+// that are never written.
+func (a AccessLog) Enabled(ctx context.Context) bool {
+	if a.Logger == nil {
+		return false
+	}
+	return a.Logger.Enabled(ctx, slog.LevelDebug) || a.Sample > 0 && a.Logger.Enabled(ctx, slog.LevelInfo)
+}
+
 // Write logs l: at level info for a sampled request, else at debug.
 func (a AccessLog) Write(ctx context.Context, l Line) {
 	if a.Logger == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -83,5 +84,26 @@ func TestNote(t *testing.T) {
 	n := &Note{}
 	if NoteOf(WithNote(context.Background(), n)) != n {
 		t.Fatal("NoteOf does not return the note WithNote put")
+	}
+}
+
+func TestEnabled(t *testing.T) {
+	ctx := context.Background()
+	info := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	debug := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	warn := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	for _, c := range []struct {
+		a    AccessLog
+		want bool
+	}{
+		{AccessLog{}, false},
+		{AccessLog{Logger: info}, false},
+		{AccessLog{Logger: info, Sample: 0.01}, true},
+		{AccessLog{Logger: debug}, true},
+		{AccessLog{Logger: warn, Sample: 1}, false},
+	} {
+		if got := c.a.Enabled(ctx); got != c.want {
+			t.Errorf("Enabled(logger %v, sample %v) = %v, want %v", c.a.Logger != nil, c.a.Sample, got, c.want)
+		}
 	}
 }

@@ -27,8 +27,7 @@ var tracer = otel.Tracer("github.com/floodgatehq/floodgate/transport/envoyrls")
 func Interceptor(obs reqlog.Observer, access reqlog.AccessLog) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
-		md, _ := metadata.FromIncomingContext(ctx)
-		ctx = otel.GetTextMapPropagator().Extract(ctx, mdCarrier(md))
+		ctx = otel.GetTextMapPropagator().Extract(ctx, mdCarrier{ctx})
 		ctx, span := tracer.Start(ctx, strings.TrimPrefix(info.FullMethod, "/"), trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", info.FullMethod)))
 		var n *reqlog.Note
@@ -57,22 +56,25 @@ func Interceptor(obs reqlog.Observer, access reqlog.AccessLog) grpc.UnaryServerI
 	}
 }
 
-// mdCarrier reads W3C trace context from gRPC metadata, whose keys are
-// lower case.
-type mdCarrier metadata.MD
+// mdCarrier reads W3C trace context from a call's incoming gRPC metadata,
+// whose keys are lower case. It looks up only the keys asked for:
+// metadata.FromIncomingContext would copy every entry of every call. Set
+// is a no-op, as a carrier to extract from needs none.
+type mdCarrier struct{ ctx context.Context }
 
 func (c mdCarrier) Get(key string) string {
-	if v := metadata.MD(c).Get(key); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(c.ctx, key); len(v) > 0 {
 		return v[0]
 	}
 	return ""
 }
 
-func (c mdCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
+func (c mdCarrier) Set(key, value string) {}
 
 func (c mdCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
+	md, _ := metadata.FromIncomingContext(c.ctx)
+	keys := make([]string, 0, len(md))
+	for k := range md {
 		keys = append(keys, k)
 	}
 	return keys

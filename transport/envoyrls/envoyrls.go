@@ -131,23 +131,73 @@ func FromProto(req *rlsv3.RateLimitRequest) (rls.Request, error) {
 	return out, nil
 }
 
-// ToProto converts an RLS response.
+// ToProto converts an RLS response. The message and its parts share one
+// allocation for the common answer (one descriptor, two headers at most),
+// and a few for others.
 func ToProto(r rls.Response) *rlsv3.RateLimitResponse {
-	out := &rlsv3.RateLimitResponse{OverallCode: code(r.OverallCode)}
-	for _, st := range r.Statuses {
-		ps := &rlsv3.RateLimitResponse_DescriptorStatus{Code: code(st.Code), LimitRemaining: st.LimitRemaining}
+	var (
+		out  *rlsv3.RateLimitResponse
+		sts  []rlsv3.RateLimitResponse_DescriptorStatus
+		lims []rlsv3.RateLimitResponse_RateLimit
+		durs []durationpb.Duration
+		hvs  []corev3.HeaderValue
+		ptrs []*rlsv3.RateLimitResponse_DescriptorStatus
+		hptr []*corev3.HeaderValue
+	)
+	ns, nh := len(r.Statuses), len(r.Headers)
+	if ns <= 1 && nh <= 2 {
+		p := new(protoParts)
+		out = &p.resp
+		sts, lims, durs, ptrs = p.status[:ns], p.limit[:ns], p.reset[:ns], p.statuses[:0:ns]
+		hvs, hptr = p.headers[:nh], p.headerPtrs[:0:nh]
+	} else {
+		out = new(rlsv3.RateLimitResponse)
+		sts, lims, durs = make([]rlsv3.RateLimitResponse_DescriptorStatus, ns), make([]rlsv3.RateLimitResponse_RateLimit, ns), make([]durationpb.Duration, ns)
+		ptrs = make([]*rlsv3.RateLimitResponse_DescriptorStatus, 0, ns)
+		hvs, hptr = make([]corev3.HeaderValue, nh), make([]*corev3.HeaderValue, 0, nh)
+	}
+	out.OverallCode = code(r.OverallCode)
+	for i, st := range r.Statuses {
+		ps := &sts[i]
+		ps.Code, ps.LimitRemaining = code(st.Code), st.LimitRemaining
 		if l := st.CurrentLimit; l != nil {
-			ps.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)}
+			pl := &lims[i]
+			pl.Name, pl.RequestsPerUnit, pl.Unit = l.Name, l.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
+			ps.CurrentLimit = pl
 		}
 		if st.HasReset {
-			ps.DurationUntilReset = durationpb.New(st.DurationUntilReset)
+			// As durationpb.New.
+			d := &durs[i]
+			secs := st.DurationUntilReset.Nanoseconds() / 1e9
+			d.Seconds, d.Nanos = secs, int32(st.DurationUntilReset.Nanoseconds()-secs*1e9)
+			ps.DurationUntilReset = d
 		}
-		out.Statuses = append(out.Statuses, ps)
+		ptrs = append(ptrs, ps)
 	}
-	for _, h := range r.Headers {
-		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: h.Name, Value: h.Value})
+	if ns > 0 {
+		out.Statuses = ptrs
+	}
+	for i, h := range r.Headers {
+		hv := &hvs[i]
+		hv.Key, hv.Value = h.Name, h.Value
+		hptr = append(hptr, hv)
+	}
+	if nh > 0 {
+		out.ResponseHeadersToAdd = hptr
 	}
 	return out
+}
+
+// protoParts is a response of one descriptor and up to two headers, in
+// one allocation (ToProto).
+type protoParts struct {
+	resp       rlsv3.RateLimitResponse
+	status     [1]rlsv3.RateLimitResponse_DescriptorStatus
+	limit      [1]rlsv3.RateLimitResponse_RateLimit
+	reset      [1]durationpb.Duration
+	statuses   [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	headers    [2]corev3.HeaderValue
+	headerPtrs [2]*corev3.HeaderValue
 }
 
 func code(c rls.Code) rlsv3.RateLimitResponse_Code {

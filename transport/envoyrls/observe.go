@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -28,8 +29,11 @@ func Interceptor(obs reqlog.Observer, access reqlog.AccessLog) grpc.UnaryServerI
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		ctx = otel.GetTextMapPropagator().Extract(ctx, mdCarrier{ctx})
-		ctx, span := tracer.Start(ctx, strings.TrimPrefix(info.FullMethod, "/"), trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", info.FullMethod)))
+		opts := rlsSpanOptions
+		if info.FullMethod != rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
+			opts = spanOptions(info.FullMethod)
+		}
+		ctx, span := tracer.Start(ctx, strings.TrimPrefix(info.FullMethod, "/"), opts...)
 		var n *reqlog.Note
 		if access.Enabled(ctx) {
 			n = &reqlog.Note{}
@@ -39,21 +43,34 @@ func Interceptor(obs reqlog.Observer, access reqlog.AccessLog) grpc.UnaryServerI
 		took := time.Since(start)
 		st := status.Code(err)
 		code := st.String()
-		span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(st)))
-		if err != nil {
-			span.SetStatus(otelcodes.Error, code)
+		if span.IsRecording() { // else both are no-ops
+			span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(st)))
+			if err != nil {
+				span.SetStatus(otelcodes.Error, code)
+			}
 		}
 		span.End()
 		if obs != nil {
 			obs.Request("grpc", info.FullMethod, code, took)
 		}
-		remote := ""
-		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-			remote = p.Addr.String()
+		if n != nil || access.Enabled(ctx) {
+			remote := ""
+			if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+				remote = p.Addr.String()
+			}
+			access.Write(ctx, reqlog.Line{Transport: "grpc", Method: "POST", Endpoint: info.FullMethod, Code: code, Remote: remote, Took: took, Note: n})
 		}
-		access.Write(ctx, reqlog.Line{Transport: "grpc", Method: "POST", Endpoint: info.FullMethod, Code: code, Remote: remote, Took: took, Note: n})
 		return resp, err
 	}
+}
+
+// rlsSpanOptions are the span options of ShouldRateLimit, made once.
+var rlsSpanOptions = spanOptions(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
+
+// spanOptions are the options of a server span for a call of method.
+func spanOptions(method string) []trace.SpanStartOption {
+	return []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("rpc.system", "grpc"), attribute.String("rpc.method", method))}
 }
 
 // mdCarrier reads W3C trace context from a call's incoming gRPC metadata,

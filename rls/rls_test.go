@@ -78,7 +78,7 @@ func TestEnvoyConfigErrors(t *testing.T) {
 }
 
 // harness is a service on a memory store at the spec's clock.
-func newService(t *testing.T, files ...string) (*rls.Engine, *floodgatetest.ManualClock) {
+func newService(t testing.TB, files ...string) (*rls.Engine, *floodgatetest.ManualClock) {
 	t.Helper()
 	cfg, err := parse(files...)
 	if err != nil {

@@ -34,6 +34,18 @@ type Plan struct {
 	// set when it is decided: the other members are answered OK.
 	group   []int
 	binding int
+
+	// one holds the parts of a plan of one descriptor, the common
+	// request, so that the plan is one allocation.
+	one struct {
+		status [1]Status
+		req    [1]floodgate.Request
+		rule   [1]*rule
+		at     [1]int
+		neg    [1]bool
+		limit  [1]Limit
+	}
+	limits []Limit // the CurrentLimit of each request's status (Summarise)
 }
 
 // Match finds every descriptor's rule in req's domain (an override's own
@@ -88,7 +100,12 @@ func (t *Table) Match(req Request) (*Plan, error) {
 		}
 	}
 
-	p := &Plan{statuses: make([]Status, len(req.Descriptors)), headers: t.responseHeaders, shadowOK: t.shadowMode}
+	p := &Plan{headers: t.responseHeaders, shadowOK: t.shadowMode}
+	if len(req.Descriptors) == 1 {
+		p.statuses = p.one.status[:]
+	} else {
+		p.statuses = make([]Status, len(req.Descriptors))
+	}
 	for i, r := range rules {
 		switch {
 		case r == nil:
@@ -120,6 +137,9 @@ func (t *Table) Match(req Request) (*Plan, error) {
 			// passes exactly when the count has not passed the limit.
 			fr.Policy = r.check
 		}
+		if p.Requests == nil {
+			p.allocRequests(len(req.Descriptors) - i)
+		}
 		p.Requests = append(p.Requests, fr)
 		p.rules = append(p.rules, r)
 		p.at = append(p.at, i)
@@ -131,6 +151,15 @@ func (t *Table) Match(req Request) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// allocRequests makes room for n requests, in the plan itself for one.
+func (p *Plan) allocRequests(n int) {
+	if n == 1 {
+		p.Requests, p.rules, p.at, p.neg = p.one.req[:0], p.one.rule[:0], p.one.at[:0], p.one.neg[:0]
+		return
+	}
+	p.Requests, p.rules, p.at, p.neg = make([]floodgate.Request, 0, n), make([]*rule, 0, n), make([]int, 0, n), make([]bool, 0, n)
 }
 
 // atomicGroup picks the requests of an atomic domain's request that are
@@ -170,6 +199,11 @@ func (p *Plan) atomicGroup(hits uint64) error {
 // descriptor.
 func (p *Plan) Summarise(ds []floodgate.Decision) Response {
 	resp := Response{Statuses: p.statuses}
+	if len(p.at) == 1 {
+		p.limits = p.one.limit[:]
+	} else if len(p.limits) < len(p.at) {
+		p.limits = make([]Limit, len(p.at))
+	}
 	anyOver, quotas, quotasOver := false, 0, 0
 	binding := -1
 	minRemaining := uint32(math.MaxUint32)
@@ -183,9 +217,9 @@ func (p *Plan) Summarise(ds []floodgate.Decision) Response {
 			// the twin's (docs/envoy-ratelimit-semantics.md §4.2, X5).
 			d.Limit--
 		}
-		limit := r.limit
+		p.limits[j] = r.limit
 		status := Status{
-			Code: CodeOK, CurrentLimit: &limit, HasReset: true,
+			Code: CodeOK, CurrentLimit: &p.limits[j], HasReset: true,
 			LimitRemaining:     uint32(min(d.Remaining, math.MaxUint32)),
 			DurationUntilReset: (d.ResetAfter + time.Second - 1).Truncate(time.Second),
 		}
@@ -245,30 +279,41 @@ func (p *Plan) Summarise(ds []floodgate.Decision) Response {
 		resp.OverallCode = CodeOK
 	}
 	if p.headers && binding >= 0 {
-		resp.Headers = headers(p.rules[binding].policy, ds[binding])
+		resp.Headers = headers(p.rules[binding], ds[binding])
 	}
 	return resp
 }
 
 // headers returns the RateLimit and RateLimit-Policy fields of one
-// decision, as the middleware would set them, spelled as their
-// specification spells them.
-func headers(p *floodgate.Policy, d floodgate.Decision) []Header {
-	h := http.Header{}
-	items := []rlheader.Item{{Policy: p, Decision: d}}
-	rlheader.Set(h, rlheader.IETF, time.Time{}, rlheader.PolicyField(items), items)
-	names := make([]string, 0, len(h))
-	for k := range h {
+// decision of r, as the middleware would set them, spelled as their
+// specification spells them, in the order of their canonical names.
+func headers(r *rule, d floodgate.Decision) []Header {
+	h := make(http.Header, 2)
+	items := [1]rlheader.Item{{Policy: r.policy, Decision: d}}
+	rlheader.Set(h, rlheader.IETF, time.Time{}, r.policyField, items[:])
+	var buf [8]string
+	names := buf[:0]
+	n := 0
+	for k, vs := range h {
 		names = append(names, k)
+		n += len(vs)
 	}
-	sort.Strings(names)
-	var out []Header
+	if n == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	out := make([]Header, 0, n)
 	for _, k := range names {
 		for _, v := range h[k] {
 			out = append(out, Header{Name: rlheader.Spelling(k), Value: v})
 		}
 	}
 	return out
+}
+
+// policyField is the RateLimit-Policy field of p, as headers sets it.
+func policyField(p *floodgate.Policy) string {
+	return rlheader.PolicyField([]rlheader.Item{{Policy: p}})
 }
 
 // RuleInfo describes one rule of an Envoy domain, for listings.

@@ -299,6 +299,9 @@ type rule struct {
 	check  *floodgate.Policy // a fixed window's "check only" twin: max+1, same state
 	fixed  bool              // an envoy-format fixed window (vs a floodgate policy)
 	label  string            // what metrics call it: the rule's policy's name, or "<domain>.override"
+	// policyField is the RateLimit-Policy field of policy, made once
+	// (the response headers carry it).
+	policyField string
 }
 
 // compile builds the matching trees and the policies of every rule,
@@ -384,6 +387,7 @@ func compileNodes(cfg *config.Config, parent *node, path string, ds []*config.De
 			if r.policy != nil {
 				r.policy = intern(r.policy)
 				r.label = r.policy.Name
+				r.policyField = policyField(r.policy)
 			}
 			if r.check != nil {
 				r.check = intern(r.check)
@@ -475,13 +479,13 @@ func limitOf(p *floodgate.Policy, name string) Limit {
 // configuration order) that matches key_value, else the key alone; a rule
 // applies only at the request's depth, and the walk never backtracks. It
 // also returns, per entry, the value to count under (the wildcard pattern
-// when the matching node shares its threshold, else the request's value).
+// when the matching node shares its threshold, else the request's value),
+// or nil when every one is the request's.
 func (d *domain) match(entries []Entry) (*rule, []string) {
 	cur := d.root
 	var found *rule
-	values := make([]string, len(entries))
+	var values []string // nil until a wildcard's pattern replaces a value
 	for i, e := range entries {
-		values[i] = e.Value
 		fk := e.Key + "_" + e.Value
 		next := cur.children[fk]
 		if next == nil {
@@ -489,6 +493,9 @@ func (d *domain) match(entries []Entry) (*rule, []string) {
 				if config.WildcardMatch(w.composite, fk) {
 					next = w
 					if w.share {
+						if values == nil {
+							values = entryValues(entries)
+						}
 						values[i] = w.value
 					}
 					break
@@ -531,7 +538,7 @@ func (d *domain) override(l *Limit, entries []Entry) *rule {
 		return r
 	}
 	p, check := fixedWindows(name, l.RequestsPerUnit, l.Unit, d.calendarMonth, !d.atomic)
-	r := &rule{limit: Limit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}, policy: p, check: check, fixed: true, label: label}
+	r := &rule{limit: Limit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}, policy: p, check: check, fixed: true, label: label, policyField: policyField(p)}
 	if len(d.overrides) >= maxOverrides {
 		clear(d.overrides)
 	}
@@ -566,9 +573,15 @@ func validPolicyName(n string) bool {
 
 // counterKey is a descriptor's key in the store: its entries, keys and
 // values, with the separators escaped so that different entries never
-// share a key.
+// share a key. values are the values to count under, one per entry (nil:
+// the entries' own).
 func counterKey(entries []Entry, values []string) string {
 	var b strings.Builder
+	n := 0
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	b.Grow(n) // exact unless a value is a pattern or has separators
 	esc := func(s string) {
 		for i := 0; i < len(s); i++ {
 			if c := s[i]; c == '\\' || c == '=' || c == '/' {
@@ -583,7 +596,11 @@ func counterKey(entries []Entry, values []string) string {
 		}
 		esc(e.Key)
 		b.WriteByte('=')
-		esc(values[i])
+		if values != nil {
+			esc(values[i])
+		} else {
+			esc(e.Value)
+		}
 	}
 	return b.String()
 }

@@ -54,6 +54,11 @@ type pending struct {
 	out  []storekit.Outcome // the batch's to write until done is closed
 	sent bool               // taken into a batch (under batcher.mu)
 	done chan struct{}
+
+	// The request and outcome of a caller of one (doOne), held here so
+	// that its call is one allocation and a channel.
+	oneReq [1]floodgate.Request
+	oneOut [1]storekit.Outcome
 }
 
 func newBatcher(store *failure.Store, maxBatch, maxInflight, maxQueue int, wait time.Duration, g *queueGauge) *batcher {
@@ -68,6 +73,28 @@ func newBatcher(store *failure.Store, maxBatch, maxInflight, maxQueue int, wait 
 // then, as with any call cut short).
 func (b *batcher) do(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) error {
 	p := &pending{reqs: reqs, out: make([]storekit.Outcome, len(reqs)), done: make(chan struct{})}
+	if err := b.await(ctx, p); err != nil {
+		return err
+	}
+	copy(out, p.out)
+	return nil
+}
+
+// doOne is do for one request.
+func (b *batcher) doOne(ctx context.Context, req floodgate.Request) (storekit.Outcome, error) {
+	p := &pending{done: make(chan struct{})}
+	p.oneReq[0] = req
+	p.reqs, p.out = p.oneReq[:], p.oneOut[:]
+	if err := b.await(ctx, p); err != nil {
+		return storekit.Outcome{}, err
+	}
+	return p.oneOut[0], nil
+}
+
+// await queues p and waits for its outcomes (p.out, once it returns nil),
+// with do's errors.
+func (b *batcher) await(ctx context.Context, p *pending) error {
+	reqs := p.reqs
 	b.mu.Lock()
 	start := b.batches < b.maxBatches && b.inflight < b.maxInflight
 	if !start && b.queued > 0 && b.queued+len(reqs) > b.maxQueue {
@@ -103,7 +130,6 @@ func (b *batcher) do(ctx context.Context, reqs []floodgate.Request, out []storek
 			return ctx.Err()
 		}
 	}
-	copy(out, p.out)
 	return nil
 }
 

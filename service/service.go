@@ -517,12 +517,12 @@ func (s *Service) take(ctx context.Context, st *state, req floodgate.Request) (d
 	if st.bounds == nil {
 		d, err = s.guarded.Take(ctx, req)
 	} else if nb := st.bounds.of(s.nodeOf(ctx, &req)); nb.batch != nil {
-		var out [1]storekit.Outcome
-		if qerr := nb.batch.do(ctx, []floodgate.Request{req}, out[:]); qerr != nil {
+		o, qerr := nb.batch.doOne(ctx, req)
+		if qerr != nil {
 			s.overloaded(st, qerr, 1)
 			return floodgate.Decision{}, nil, qerr
 		}
-		d, err = out[0].Decision, out[0].Err
+		d, err = o.Decision, o.Err
 	} else {
 		if qerr := nb.gate.acquire(ctx, 1); qerr != nil {
 			s.overloaded(st, qerr, 1)

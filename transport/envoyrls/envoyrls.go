@@ -104,6 +104,9 @@ var (
 // in Go can).
 func FromProto(req *rlsv3.RateLimitRequest) (rls.Request, error) {
 	out := rls.Request{Domain: req.GetDomain(), HitsAddend: req.GetHitsAddend()}
+	if n := len(req.GetDescriptors()); n > 0 {
+		out.Descriptors = make([]rls.Descriptor, 0, n)
+	}
 	for i, d := range req.GetDescriptors() {
 		sd := rls.Descriptor{Entries: make([]rls.Entry, len(d.GetEntries())), NegativeHits: d.GetIsNegativeHits()}
 		for j, e := range d.GetEntries() {

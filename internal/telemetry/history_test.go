@@ -373,3 +373,17 @@ func BenchmarkMetricsDecision(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkMetricsRequest is the observer call of one answered request.
+func BenchmarkMetricsRequest(b *testing.B) {
+	m, err := New(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Request("grpc", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", "OK", time.Millisecond)
+		}
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,17 @@ type Metrics struct {
 
 	reg     prometheus.Registerer // for the listeners' gauges, registered later
 	history *History
+	// reqSeries caches the series of requests and latency by
+	// requestLabels (a bounded set), sparing Request the vectors'
+	// lookups: requestKey → *requestSeries.
+	reqSeries sync.Map
+}
+
+type requestKey struct{ transport, endpoint, code string }
+
+type requestSeries struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
 }
 
 // The label names of each vector, in order: Snapshot reads them back.
@@ -257,8 +269,17 @@ func nodeLabel(node string) string {
 // Request counts one answered request and times it. endpoint and code
 // must come from bounded sets (routes, methods, status codes).
 func (m *Metrics) Request(transport, endpoint, code string, took time.Duration) {
-	m.requests.WithLabelValues(transport, endpoint, code).Inc()
-	m.latency.WithLabelValues(transport, endpoint).Observe(took.Seconds())
+	k := requestKey{transport, endpoint, code}
+	v, ok := m.reqSeries.Load(k)
+	if !ok {
+		v, _ = m.reqSeries.LoadOrStore(k, &requestSeries{
+			count:   m.requests.WithLabelValues(transport, endpoint, code),
+			latency: m.latency.WithLabelValues(transport, endpoint),
+		})
+	}
+	rs := v.(*requestSeries)
+	rs.count.Inc()
+	rs.latency.Observe(took.Seconds())
 }
 
 // ClientRequest counts a decision request of an authenticated client

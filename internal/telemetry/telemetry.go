@@ -55,6 +55,14 @@ type Metrics struct {
 	// requestLabels (a bounded set), sparing Request the vectors'
 	// lookups: requestKey → *requestSeries.
 	reqSeries sync.Map
+	// decSeries caches the decisions counter by policy and verdict:
+	// decisionKey → prometheus.Counter.
+	decSeries sync.Map
+}
+
+type decisionKey struct {
+	policy  string
+	allowed bool
 }
 
 type requestKey struct{ transport, endpoint, code string }
@@ -217,7 +225,12 @@ func (m *Metrics) Decision(policy string, allowed, shadow, degraded bool) {
 			m.shadow.WithLabelValues(policy).Inc()
 		}
 	}
-	m.decisions.WithLabelValues(policy, verdict).Inc()
+	k := decisionKey{policy, allowed}
+	c, ok := m.decSeries.Load(k)
+	if !ok {
+		c, _ = m.decSeries.LoadOrStore(k, m.decisions.WithLabelValues(policy, verdict))
+	}
+	c.(prometheus.Counter).Inc()
 	if degraded {
 		m.degraded.WithLabelValues(policy).Inc()
 	}

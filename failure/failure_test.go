@@ -495,3 +495,65 @@ func TestSaturation(t *testing.T) {
 		})
 	}
 }
+
+// slowKeyStore hangs the calls for key "slow" until their context ends
+// (telling entered when one starts) and decides the others at once.
+type slowKeyStore struct {
+	floodgate.Store
+	entered chan struct{}
+}
+
+func (s slowKeyStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
+	if req.Key == "slow" {
+		s.entered <- struct{}{}
+		<-ctx.Done()
+		return floodgate.Decision{}, fmt.Errorf("%w: %w", floodgate.ErrUnavailable, ctx.Err())
+	}
+	return s.Store.Take(ctx, req)
+}
+
+// TestSaturationNodeAlive: a call the timeout cuts after the same node
+// answered another call sent after it is the caller's saturation (the node
+// is alive), even when the caller does not say it is saturated: an error
+// wrapping ErrSaturated. Without WithSaturation the same cut is the
+// failure mode's.
+func TestSaturationNodeAlive(t *testing.T) {
+	for _, with := range []bool{true, false} {
+		t.Run(fmt.Sprintf("WithSaturation=%t", with), func(t *testing.T) {
+			m, err := memstore.New()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			inner := slowKeyStore{Store: m, entered: make(chan struct{})}
+			opts := []failure.Option{failure.WithLogger(slog.New(slog.DiscardHandler))}
+			if with {
+				opts = append(opts, failure.WithSaturation(func(string) bool { return false }))
+			}
+			s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Closed, Timeout: 200 * time.Millisecond, Breaker: failure.Breaker{Disabled: true}}, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				d   floodgate.Decision
+				err error
+			}
+			slow := make(chan result, 1)
+			go func() {
+				d, err := s.Take(context.Background(), floodgate.Request{Policy: &policy, Key: "slow", N: 1})
+				slow <- result{d, err}
+			}()
+			<-inner.entered // the answer below is the node's first, so it is kept whatever the millisecond
+			if d := take(t, s, "fast"); d.Degraded || !d.Allowed {
+				t.Fatalf("fast call: %+v; want the store's decision", d)
+			}
+			r := <-slow
+			switch {
+			case with && (!errors.Is(r.err, failure.ErrSaturated) || r.d != (floodgate.Decision{})):
+				t.Errorf("slow call cut while the node answered another: %+v, %v; want an error wrapping ErrSaturated", r.d, r.err)
+			case !with && (r.err != nil || !r.d.Degraded || r.d.Allowed):
+				t.Errorf("slow call without WithSaturation: %+v, %v; want the closed mode's decision", r.d, r.err)
+			}
+		})
+	}
+}

@@ -16,25 +16,17 @@ test: check redis browser
 	FLOODGATE_REQUIRE_REDIS=1 $(GO) test -race -shuffle=on -count=1 -timeout 30m -json ./... | $(GO) run ./internal/testreport
 	cd browsertest && FLOODGATE_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -json ./... | $(GO) run ../internal/testreport
 
-## redis: install redis-server (Debian's package) when it is not on PATH.
+## redis: install redis-server (Debian's package) when it is not on PATH
+## (scripts/apt-install.sh: one install at a time, so that two make test at
+## once do not collide on dpkg's lock).
 redis:
-	@if ! command -v redis-server >/dev/null 2>&1; then \
-		echo "redis-server not found: installing it with apt-get"; \
-		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
-		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq redis-server >/dev/null; \
-		command -v redis-server >/dev/null 2>&1 || { echo "redis-server is still missing after apt-get install"; exit 1; }; \
-	fi
+	@scripts/apt-install.sh redis-server redis-server
 	@redis-server --version
 
 ## browser: install Chromium (Debian's package) when it is not on PATH, for
 ## the dashboard's browser test.
 browser:
-	@if ! command -v chromium >/dev/null 2>&1; then \
-		echo "chromium not found: installing it with apt-get"; \
-		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
-		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; \
-		command -v chromium >/dev/null 2>&1 || { echo "chromium is still missing after apt-get install"; exit 1; }; \
-	fi
+	@scripts/apt-install.sh chromium chromium
 	@chromium --version 2>/dev/null
 
 ## check: gofmt and go vet (the browser test's module too).

@@ -27,20 +27,7 @@ type breaker struct {
 	openUntil atomic.Int64 // ns, while open
 	since     atomic.Int64 // ns: when the state last changed
 	used      atomic.Int64 // ns: about when a call last asked for the node (to the second)
-	answered  atomic.Int64 // ns, wall clock: about when a call last succeeded (to the millisecond)
 }
-
-// ok notes a call that succeeded at now (ns, wall clock): one write a
-// millisecond at most, not one a call.
-func (b *breaker) ok(now int64) {
-	if now-b.answered.Load() > int64(time.Millisecond) {
-		b.answered.Store(now)
-	}
-}
-
-// answeredSince reports whether a call succeeded after start (ns, wall
-// clock), give or take the millisecond of ok.
-func (b *breaker) answeredSince(start int64) bool { return b.answered.Load() > start }
 
 type bucket struct {
 	epoch atomic.Int64 // the bucket's start, in bucket widths since the epoch

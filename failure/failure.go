@@ -232,15 +232,12 @@ type options struct {
 }
 
 // ErrSaturated is wrapped by the error of a store call the policy's
-// timeout cut while the caller was saturated: it said so (WithSaturation),
-// or the same node answered another call that was sent after this one
-// (the node is alive, so the wait was the caller's process and machine as
-// much as the store). The decision is left to the caller (a service
-// answers it with backpressure) instead of being made by the failure
-// mode. The call was sent: the store may have counted it. The breaker
-// counts it as a failure all the same, so a store that stops answering
-// under load still opens its breaker. Only Stores and Guards given
-// WithSaturation return it.
+// timeout cut while the caller reported itself saturated (WithSaturation):
+// the wait was the caller's machine as much as the store, so the decision
+// is left to the caller (a service answers it with backpressure) instead
+// of being made by the failure mode. The call was sent: the store may
+// have counted it. The breaker counts it as a failure all the same, so a
+// store that stops answering under load still opens its breaker.
 var ErrSaturated = errors.New("failure: store call timed out while the caller was saturated")
 
 // WithSaturation asks saturated, when the policy's timeout cuts a store

@@ -192,10 +192,9 @@ func (g *Guard) Do(ctx context.Context, op, node string, call, fallback func(con
 		}
 	}
 	if err == nil {
-		b.ok(start.Add(took).UnixNano())
 		return d, nil, nil
 	}
-	if cut && g.saturated != nil && (g.saturatedNow(node) || b.answeredSince(start.UnixNano())) {
+	if cut && g.saturatedNow(node) {
 		return floodgate.Decision{}, nil, saturatedError(err)
 	}
 	return g.degrade(ctx, p, node, err, fallback), err, nil

@@ -204,11 +204,8 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 				tr.failed, tr.err = true, err
 			}
 		}
-		if err == nil {
-			s.g.breaker(nodes[i]).ok(start.Add(took).UnixNano())
-		}
 		if err != nil {
-			if cut && s.g.saturated != nil && (s.g.saturatedNow(nodes[i]) || s.g.breaker(nodes[i]).answeredSince(start.UnixNano())) {
+			if cut && s.g.saturatedNow(nodes[i]) {
 				out[i] = storekit.Outcome{Err: saturatedError(err)}
 				continue
 			}

@@ -17,8 +17,7 @@ import (
 // or the decision's wait in it passed (overload.queue_wait) — such a
 // decision was never sent to the store, nothing was counted — or its store
 // call was sent but store.timeout cut it while decisions were queued
-// behind the bound or while the same store node answered calls sent after
-// it (the store may have counted it). Either way nothing was
+// behind the bound (the store may have counted it). Either way nothing was
 // admitted. Transports answer it with HTTP 503 (or overload.status) and
 // Retry-After, or gRPC RESOURCE_EXHAUSTED.
 var ErrOverloaded = errors.New("service: overloaded")
@@ -27,7 +26,7 @@ var ErrOverloaded = errors.New("service: overloaded")
 var (
 	errQueueFull = fmt.Errorf("%w: the queue of decisions waiting for a store call is full (overload.max_queue)", ErrOverloaded)
 	errQueueWait = fmt.Errorf("%w: no store call came free within overload.queue_wait", ErrOverloaded)
-	errCallCut   = fmt.Errorf("%w: store.timeout cut the store call while decisions were queued behind overload.max_inflight or the store answered later calls", ErrOverloaded)
+	errCallCut   = fmt.Errorf("%w: store.timeout cut the store call while decisions were queued behind overload.max_inflight", ErrOverloaded)
 )
 
 // overloadReason is the metrics label of an ErrOverloaded: "queue_full",

@@ -87,8 +87,13 @@ type call struct {
 	src   string // the script's source, for a call sent again with eval
 	keys  []string
 	args  []any
+	tag   string // the algorithm's tag, for a decision batch.lua may join
 	reply any
 	err   error
+
+	// subs, when set, are the calls this one decides in one FCALL of the
+	// library's batch function (joinBatch): its reply is theirs, in order.
+	subs []*call
 }
 
 // goRedis adapts a go-redis v9 UniversalClient: a *redis.Client (also what

@@ -37,15 +37,29 @@ func luaFile(name string) string {
 	return string(b)
 }
 
+// tags are the algorithms' tags: the first field of a policy's parameter
+// string (args[1]), and the key of its deciding function in batch.lua
+// (the tag and "p", its peeking function).
+var tags = map[floodgate.Algorithm]string{
+	floodgate.FixedWindow:   "fw",
+	floodgate.GCRA:          "gc",
+	floodgate.TokenBucket:   "tb",
+	floodgate.AR1:           "ar",
+	floodgate.SlidingWindow: "sw",
+	floodgate.SlidingLog:    "sl",
+}
+
 // library is the function library (Redis ≥ 7.0): every file once, then a
-// decide and a peek function per algorithm. Its name and its functions'
-// names carry a digest of its source, so that two versions of floodgate
-// sharing one Redis each find their own (function names are global to a
-// server).
+// decide and a peek function per algorithm, the group function, and the
+// batch function deciding many calls of any algorithms (batch.lua). Its
+// name and its functions' names carry a digest of its source, so that two
+// versions of floodgate sharing one Redis each find their own (function
+// names are global to a server).
 var library = func() (lib struct {
 	name, src string
 	fns       map[floodgate.Algorithm][2]string // decide, peek
 	group     string                            // every other operation (group.lua)
+	batch     string                            // many decisions (batch.lua)
 }) {
 	var body strings.Builder
 	body.WriteString(luaFile("common"))
@@ -53,20 +67,26 @@ var library = func() (lib struct {
 	for _, a := range storekit.Algorithms() {
 		body.WriteString("\n" + luaFile(string(a)))
 	}
+	body.WriteString("\n" + luaFile("group"))
+	body.WriteString("\n" + luaFile("batch"))
 	sum := sha256.Sum256([]byte(body.String()))
 	digest := hex.EncodeToString(sum[:6])
 	lib.name = "floodgate_" + digest
-	body.WriteString("\n" + luaFile("group"))
 	lib.fns = make(map[floodgate.Algorithm][2]string)
 	var reg strings.Builder
 	lib.group = "fg_" + digest + "_group"
+	lib.batch = "fg_" + digest + "_batch"
 	fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=group_entry}\n", lib.group)
+	reg.WriteString("local fns = {}\n")
 	for _, a := range storekit.Algorithms() {
 		decide, peek := "fg_"+digest+"_"+string(a), "fg_"+digest+"_"+string(a)+"_ro"
 		lib.fns[a] = [2]string{decide, peek}
-		fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=entry(%s_parse, %[2]s_decide, false)}\n", decide, a)
-		fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=entry(%s_parse, %[2]s_decide, true), flags={'no-writes'}}\n", peek, a)
+		fmt.Fprintf(&reg, "fns.%s = entry(%s_parse, %[2]s_decide, false)\n", tags[a], a)
+		fmt.Fprintf(&reg, "fns.%sp = entry(%s_parse, %[2]s_decide, true)\n", tags[a], a)
+		fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=fns.%s}\n", decide, tags[a])
+		fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=fns.%sp, flags={'no-writes'}}\n", peek, tags[a])
 	}
+	fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=batch(fns)}\n", lib.batch)
 	lib.src = "#!lua name=" + lib.name + "\n" + body.String() + "\n" + reg.String()
 	return lib
 }()

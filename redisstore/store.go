@@ -293,6 +293,7 @@ type prepared struct {
 	parts   []string   // after "}:": the state keys
 	track   bool       // the usage hash follows the state keys
 	params  string     // args[1]: the parameters, the same for every call
+	tag     string     // the algorithm's tag: params' first field
 	limits  []int64    // Decision.Limit by binding index
 }
 
@@ -325,11 +326,11 @@ func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 	}
 	pr := &prepared{fns: fns, scripts: scripts[p.Algorithm], track: p.Track}
 	// The common fields (common.lua), then the algorithm's (its file).
-	var tag string
+	pr.tag = tags[p.Algorithm]
 	var params []string
 	switch p.Algorithm {
 	case floodgate.FixedWindow:
-		tag, pr.parts = "fw", []string{"fw"}
+		pr.parts = []string{"fw"}
 		align := string(floodgate.AlignEpoch)
 		switch p.Align {
 		case floodgate.AlignFirst:
@@ -340,28 +341,28 @@ func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 		params = []string{num(p.Max), us(p.Window), align}
 		pr.limits = []int64{p.Max}
 	case floodgate.GCRA:
-		tag, pr.parts = "gc", []string{"gc"}
+		pr.parts = []string{"gc"}
 		params = []string{num(p.Max), us(p.Window), num(p.Burst)}
 		pr.limits = []int64{p.Max}
 	case floodgate.TokenBucket:
-		tag, pr.parts = "tb", []string{"tb"}
+		pr.parts = []string{"tb"}
 		params = []string{num(p.Max), us(p.Window), num(p.Burst)}
 		pr.limits = []int64{p.Max}
 	case floodgate.AR1:
-		tag, pr.parts = "ar", []string{"ar"}
+		pr.parts = []string{"ar"}
 		for _, l := range p.Limits {
 			params = append(params, flt(l.Max), flt(l.Decay), us(l.Resolution))
 			pr.limits = append(pr.limits, int64(l.Max))
 		}
 	case floodgate.SlidingWindow:
-		tag, pr.parts = "sw", []string{"sw"}
+		pr.parts = []string{"sw"}
 		for i, l := range p.Limits {
 			pr.parts = append(pr.parts, "sw"+strconv.Itoa(i+1))
 			params = append(params, num(int64(l.Max)), us(l.Window), us(l.Resolution))
 			pr.limits = append(pr.limits, int64(l.Max))
 		}
 	case floodgate.SlidingLog:
-		tag, pr.parts = "sl", []string{"sl", "sl1"}
+		pr.parts = []string{"sl", "sl1"}
 		params = []string{num(p.Max), us(p.Window), us(p.MinInterval)}
 		pr.limits = []int64{p.Max}
 	}
@@ -369,7 +370,7 @@ func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 	if p.Track && p.SeriesResolution != 0 {
 		track = "1:" + us(p.SeriesResolution) + ":" + us(p.SeriesRetention)
 	}
-	pr.params = strings.Join(append([]string{tag, flag(storekit.CountsDenied(p)), track, us(p.Retention), num(s.minTTL)}, params...), " ")
+	pr.params = strings.Join(append([]string{pr.tag, flag(storekit.CountsDenied(p)), track, us(p.Retention), num(s.minTTL)}, params...), " ")
 	return pr, nil
 }
 
@@ -476,7 +477,10 @@ func (s *Store) newCall(pr *prepared, req *floodgate.Request) *call {
 	if req.Peek {
 		mode = 1
 	}
-	c := &call{keys: s.keys(req.Policy, pr, req.Key, false), args: []any{pr.params, arg}}
+	c := &call{keys: s.keys(req.Policy, pr, req.Key, false), args: []any{pr.params, arg}, tag: pr.tag}
+	if req.Peek {
+		c.tag += "p"
+	}
 	if s.scriptsOnly.Load() {
 		c.kind, c.name, c.src = evalSha, pr.scripts[mode].sha, pr.scripts[mode].src
 	} else {

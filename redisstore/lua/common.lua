@@ -397,3 +397,4 @@ local function entry(parse, decide, peek)
     return {code, remaining, retry, reset}
   end
 end
+

@@ -1,0 +1,163 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/internal/redistest"
+	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/storekit"
+)
+
+// batchDifferential sends seeded random batches (several random policies,
+// keys that may share a slot, repeats of one key within a batch, peeks
+// among the adds, costs beyond the max) through TakeBatch and demands of
+// every outcome the decision memstore makes when it takes the same
+// requests one after another. It returns the number of decisions.
+func batchDifferential(t *testing.T, c redis.UniversalClient, tag string, runs, batches int, opts ...redisstore.Option) int {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("FLOODGATE_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (rerun with FLOODGATE_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0xba7c))
+	ch := floodgatetest.RandChooser{R: rng}
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	mem, err := memstore.New(memstore.WithClock(clock), memstore.WithSweepInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	red := newStore(t, c, append([]redisstore.Option{redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(fmt.Sprintf("b%d%s", seed%1e6, tag))}, opts...)...)
+	ctx := context.Background()
+	// A script the server does not have yet is sent again after the
+	// batch: loaded, every request is decided in its order.
+	if err := red.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	decisions := 0
+	for run := 0; run < runs; run++ {
+		pols := make([]floodgate.Policy, 3)
+		for i := range pols {
+			pols[i] = floodgatetest.RandomPolicy(ch, fmt.Sprintf("batch%d_%d", run, i))
+		}
+		now := floodgatetest.BaseMicros + rng.Int64N(1_000_000_000)
+		for b := 0; b < batches; b++ {
+			now += []int64{0, rng.Int64N(1000), rng.Int64N(3_000_000), rng.Int64N(200_000_000)}[rng.IntN(4)]
+			clock.SetMicros(now)
+			reqs := make([]floodgate.Request, 1+rng.IntN(24))
+			for i := range reqs {
+				n := []int64{1, 1, 1, 2, 3, 1 + rng.Int64N(12), floodgate.MaxCost}[rng.IntN(7)]
+				reqs[i] = floodgate.Request{Policy: &pols[rng.IntN(len(pols))], Key: floodgatetest.DiffKeys[rng.IntN(4)], N: n, Peek: rng.IntN(6) == 0}
+			}
+			out := make([]storekit.Outcome, len(reqs))
+			red.TakeBatch(ctx, reqs, out)
+			for i, req := range reqs {
+				want, errW := mem.Take(ctx, req)
+				got, errG := out[i].Decision, out[i].Err
+				want.Granted, got.Granted = 0, 0 // set by stores with budgets only
+				if errW != nil || errG != nil || want != got {
+					var sb strings.Builder
+					for j, r := range reqs {
+						fmt.Fprintf(&sb, "  #%d %s key %q n %d peek %v\n", j, r.Policy.Name, r.Key, r.N, r.Peek)
+					}
+					t.Fatalf("run %d batch %d: request #%d (%s) decided %v (err %v) in a batch, %v (err %v) one by one; the batch:\n%s",
+						run, b, i, req.Policy.String(), got, errG, want, errW, sb.String())
+				}
+			}
+			decisions += len(reqs)
+		}
+	}
+	return decisions
+}
+
+// TestBatchDifferential: TakeBatch decides as Take does one request after
+// another, on both paths (joined into calls of the batch function, and a
+// pipeline of scripts), standalone and on a Cluster (where only decisions
+// of one slot are joined). On the Functions path, far fewer FCALLs reach
+// the server than there are decisions.
+func TestBatchDifferential(t *testing.T) {
+	t.Parallel()
+	t.Run("Standalone", func(t *testing.T) {
+		for _, path := range paths {
+			t.Run(path.name, func(t *testing.T) {
+				srv := redistest.StartServer(t)
+				before := srv.Calls(t, "fcall")
+				n := batchDifferential(t, client(t, srv), path.name, 20, 30, path.opts...)
+				calls := srv.Calls(t, "fcall") - before
+				t.Logf("%d decisions in %d FCALLs", n, calls)
+				if path.opts == nil && calls*2 > int64(n) {
+					t.Errorf("%d decisions took %d FCALLs: the batches were not joined", n, calls)
+				}
+			})
+		}
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3)
+		for _, path := range paths {
+			t.Run(path.name, func(t *testing.T) {
+				batchDifferential(t, clusterClient(t, cl), path.name, 8, 30, path.opts...)
+			})
+		}
+	})
+}
+
+// TestBatchErrorIsolated: in a batch joined into one FCALL, a decision
+// the server refuses (its state key holds a hash: WRONGTYPE) fails alone;
+// the decisions before and after it are made and counted once.
+func TestBatchErrorIsolated(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	s := newStore(t, client(t, srv), redisstore.WithPrefix("iso"))
+	ctx := context.Background()
+	p := floodgate.Policy{Name: "iso", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour}
+	if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "bad", N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := srv.Do(t, "KEYS", "iso:*bad*")
+	if err != nil || len(keys.([]any)) != 1 {
+		t.Fatalf("KEYS iso:*bad* = %v, %v; want the one state key", keys, err)
+	}
+	bad := keys.([]any)[0].(string)
+	if _, err := srv.Do(t, "DEL", bad); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do(t, "HSET", bad, "f", "v"); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []floodgate.Request{
+		{Policy: &p, Key: "good", N: 1},
+		{Policy: &p, Key: "bad", N: 1},
+		{Policy: &p, Key: "good", N: 2},
+	}
+	out := make([]storekit.Outcome, len(reqs))
+	before := srv.Calls(t, "fcall")
+	s.TakeBatch(ctx, reqs, out)
+	if calls := srv.Calls(t, "fcall") - before; calls != 1 {
+		t.Errorf("the batch took %d FCALLs, want 1", calls)
+	}
+	if err := out[1].Err; !errors.Is(err, floodgate.ErrUnavailable) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("the decision on a hash: %v, want ErrUnavailable with WRONGTYPE", err)
+	}
+	for i, want := range map[int]int64{0: 9, 2: 7} {
+		if d := out[i].Decision; out[i].Err != nil || !d.Allowed || d.Remaining != want {
+			t.Errorf("decision #%d: %v (err %v), want allowed with %d remaining", i, d, out[i].Err, want)
+		}
+	}
+	d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "good", N: 1, Peek: true})
+	if err != nil || d.Remaining != 6 {
+		t.Errorf("a peek after the batch: %v, %v; want 6 remaining (3 counted once)", d, err)
+	}
+}

@@ -1,0 +1,31 @@
+-- batch.lua: one FCALL deciding many calls, for TakeBatch. Only in the
+-- function library (scripts.go), after common.lua and every algorithm's
+-- file; a server without functions gets a pipeline of EVALSHA instead.
+--
+-- batch returns the function that decides many calls in one FCALL
+-- (TakeBatch): fns maps an algorithm's tag (args[1]'s first field) to its
+-- deciding function (entry's), and the tag and "p" to its peeking one. Its args come four per call: the tag, the
+-- number of keys the call takes (from keys, in order), and the call's
+-- args[1] and args[2]. It replies with an array of the calls' replies, in
+-- order: one call's error (a redis.call refused, or a clock out of range)
+-- is the reply in its place, and the calls after it go on, exactly as
+-- when each is a call of its own. BK and BA are the scratch keys and args
+-- each call reads, reused: a call reads keys[1 .. its count] only.
+local BK, BA = {}, {}
+local function batch(fns)
+  return function(keys, args)
+    local out, ki = {}, 0
+    for ai = 1, #args, 4 do
+      local nk = tonumber(args[ai + 1])
+      for j = 1, nk do BK[j] = keys[ki + j] end
+      ki = ki + nk
+      BA[1], BA[2] = args[ai + 2], args[ai + 3]
+      local ok, r = pcall(fns[args[ai]], BK, BA)
+      if not ok and (type(r) ~= 'table' or not r.err) then
+        r = redis.error_reply('ERR floodgate: ' .. tostring(r))
+      end
+      out[#out + 1] = r
+    end
+    return out
+  end
+end

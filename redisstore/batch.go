@@ -17,9 +17,11 @@ import (
 // FCALL of the library's batch function, batchMax at a time, which makes
 // them one after another as their own calls would: what Redis spends on
 // a call of its own (the command, the function's entry, the reply) is
-// spent once. A batch's peeks therefore go to the master, even with
-// replica reads. On a server without functions each request is a script
-// call of its own in the pipeline.
+// spent once. With a client that reads from replicas, a batch of peeks
+// alone stays a pipeline of FCALL_RO, which go-redis sends to the
+// replicas; a batch that also adds goes to the masters whole, as go-redis
+// sends any pipeline holding a write. On a server without functions each
+// request is a script call of its own in the pipeline.
 //
 // Requests whose function or script the node did not have ("Function not
 // found", NOSCRIPT: not run) are sent again, those alone, as EVAL of the
@@ -106,6 +108,9 @@ const batchMax = 64
 // batch function (batch.lua), in their order; the others, and a decision
 // alone in its slot, as they are.
 func (s *Store) joinBatch(calls []*call) []*call {
+	if s.replicaReads && allPeeks(calls) {
+		return calls // to the replicas, which only a pipeline of reads goes to
+	}
 	out := make([]*call, 0, len(calls))
 	open := make(map[int]*call) // by slot: the batch still taking calls
 	for _, c := range calls {
@@ -143,6 +148,16 @@ func (s *Store) joinBatch(calls []*call) []*call {
 		}
 	}
 	return out
+}
+
+// allPeeks reports whether every call is a peek (FCALL_RO).
+func allPeeks(calls []*call) bool {
+	for _, c := range calls {
+		if c.kind != fcallRO {
+			return false
+		}
+	}
+	return true
 }
 
 // errBatchReply is the error of every decision of a batch whose reply is

@@ -16,8 +16,9 @@ import (
 // shares), lists.lua (the lists of sliding_window and sliding_log) and
 // one file per algorithm, each defining <algorithm>_parse and
 // <algorithm>_decide, which common.lua's entry turns into the function a
-// call runs. Each file's header lists its keys, its parameters (with units)
-// and its state.
+// call runs; group.lua (groups and budgets) and batch.lua (TakeBatch's
+// many decisions in one call) only build on them. Each file's header
+// lists its keys, its parameters (with units) and its state.
 //
 //go:embed lua/*.lua
 var luaFS embed.FS

@@ -56,7 +56,9 @@
 // masters. A replica lags its master: a peek served by one may see a count
 // from a moment ago, so it can answer "allowed" where the master would
 // deny, or report more remaining. Adds are never affected. On the script
-// path peeks go to the masters.
+// path peeks go to the masters. So does a TakeBatch that adds as well as
+// peeks (go-redis sends a pipeline holding a write to the masters); one of
+// peeks alone goes to the replicas.
 //
 // # Retries
 //
@@ -118,6 +120,9 @@ type Store struct {
 	hashKey   []byte               // nil: keys as given
 	minTTL    int64                // µs
 	cluster   *redis.ClusterClient // the client, when it is one (Node)
+	// replicaReads: the cluster client sends read-only commands to
+	// replicas, so TakeBatch leaves a batch of peeks alone unjoined.
+	replicaReads bool
 
 	prepared    *storekit.Cache[*prepared] // by policy, bounded
 	scriptsOnly atomic.Bool                // no functions (Redis < 7.0): EVALSHA
@@ -234,6 +239,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		s.cluster = cc
+		o := cc.Options()
+		s.replicaReads = o.ReadOnly || o.RouteByLatency || o.RouteRandomly
 		cc.AddHook(reloadHook{cc: cc, last: new(atomic.Int64)})
 	}
 	return s, nil

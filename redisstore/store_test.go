@@ -489,7 +489,8 @@ func TestClusterNodeDown(t *testing.T) {
 // (ClusterOptions.ReadOnly), a peek is an FCALL_RO, which go-redis sends
 // to a replica because COMMAND INFO flags it readonly; adds still go to
 // the masters. A replica lags its master, so the peek converges on the
-// count rather than seeing it at once.
+// count rather than seeing it at once. A TakeBatch of peeks alone goes to
+// the replicas as well; one that also adds goes to the masters.
 func testPeekOnReplica(t *testing.T, cl *redistest.Cluster) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, ReadOnly: true})
 	t.Cleanup(func() { c.Close() })
@@ -526,6 +527,39 @@ func testPeekOnReplica(t *testing.T, cl *redistest.Cluster) {
 		}
 	}
 	calls := func(n *redistest.Server, cmd string) int64 { return n.Calls(t, cmd) }
+	// A TakeBatch of peeks alone goes to the replicas too; one that adds
+	// as well goes to the masters whole, and decides in order.
+	replicaCalls := func() (n int64) {
+		for i := range cl.Nodes {
+			n += calls(cl.Replicas[i][0], "fcall_ro")
+		}
+		return n
+	}
+	before := replicaCalls()
+	peeks := make([]floodgate.Request, len(keys))
+	for i, key := range keys {
+		peeks[i] = floodgate.Request{Policy: &p, Key: key, N: 1, Peek: true}
+	}
+	out := make([]storekit.Outcome, 2*len(keys))
+	s.TakeBatch(ctx, peeks, out)
+	for i, o := range out[:len(keys)] {
+		if o.Err != nil || !o.Decision.Allowed || o.Decision.Remaining != 96 {
+			t.Errorf("TakeBatch of peeks, #%d: %v, %v; want allowed with 96 remaining", i, o.Decision, o.Err)
+		}
+	}
+	if got := replicaCalls() - before; got != int64(len(keys)) {
+		t.Errorf("a TakeBatch of %d peeks made %d FCALL_RO on the replicas", len(keys), got)
+	}
+	var mixed []floodgate.Request
+	for _, key := range keys {
+		mixed = append(mixed, floodgate.Request{Policy: &p, Key: key, N: 1}, floodgate.Request{Policy: &p, Key: key, N: 1, Peek: true})
+	}
+	s.TakeBatch(ctx, mixed, out)
+	for i, o := range out {
+		if o.Err != nil || !o.Decision.Allowed || o.Decision.Remaining != 96-int64(i%2) {
+			t.Errorf("TakeBatch of adds and peeks, #%d: %v, %v; want allowed with %d remaining", i, o.Decision, o.Err, 96-i%2)
+		}
+	}
 	for i, m := range cl.Nodes {
 		r := cl.Replicas[i][0]
 		t.Logf("master %s: fcall %d, fcall_ro %d; replica %s: fcall_ro %d", m.Addr, calls(m, "fcall"), calls(m, "fcall_ro"), r.Addr, calls(r, "fcall_ro"))

@@ -26,6 +26,7 @@ type callCase struct {
 	name    string
 	policy  string
 	command string // evalsha, fcall, …: the decision's top-level command
+	batch   int    // decisions per call of the limiter (TakeBatch); 0 means 1
 	new     func(ctx context.Context, c *redis.Client) (limiter, error)
 }
 
@@ -43,7 +44,9 @@ var callParams = params{
 // floodgate's gcra and fixed_window again with loadParams (limits of 10^6
 // and 10^9, past one integer's reply: floodgate replies with an array).
 // floodgate reads the server's TIME, as the peers do, except in the rows
-// "caller's clock".
+// "caller's clock". The "TakeBatch ×16" rows send 16 decisions (distinct
+// keys) per Store.TakeBatch: their figure is the batch's command time
+// divided by its decisions.
 func callCases(fgCommand string) []callCase {
 	p := callParams
 	fg := func(name, text string, opts ...redisstore.Option) callCase {
@@ -72,10 +75,19 @@ func callCases(fgCommand string) []callCase {
 		fg("floodgate fixed_window, caller's clock", fixedText(p.fixed), redisstore.WithClock(storekit.SystemClock{})),
 		fg("floodgate gcra, array reply", gcraText(loadParams.gcra)),
 		fg("floodgate fixed_window, array reply", fixedText(loadParams.fixed)),
+		batched(fg("floodgate gcra, TakeBatch ×16", gcraText(p.gcra)), 16),
+		batched(fg("floodgate fixed_window, TakeBatch ×16", fixedText(p.fixed)), 16),
+		batched(fg("floodgate fixed_window, TakeBatch ×16, caller's clock", fixedText(p.fixed), redisstore.WithClock(storekit.SystemClock{})), 16),
 		peer(redisRateLib(), fmt.Sprintf("GCRA Limit{Rate: %d, Period: %s, Burst: %d}", p.gcra.count, p.gcra.period, p.gcra.burst), "evalsha"),
 		peer(ululeLib(), fmt.Sprintf("fixed window Rate{Period: %s, Limit: %d}", p.fixed.window, p.fixed.max), "evalsha"),
 		peer(throttledLib(), fmt.Sprintf("GCRA RateQuota{MaxRate: PerHour(%d), MaxBurst: %d}", p.gcra.count, p.gcra.burst-1), "eval"),
 	}
+}
+
+// batched returns cc deciding batch requests per call.
+func batched(cc callCase, batch int) callCase {
+	cc.batch = batch
+	return cc
 }
 
 // callResult is the best run of one contender.
@@ -98,6 +110,7 @@ func measureCalls(ctx context.Context, admin *redis.Client, addr string, cases [
 	var out []callResult
 	for _, cc := range cases {
 		r := callResult{name: cc.name, policy: cc.policy, command: cc.command}
+		batch := max(cc.batch, 1)
 		for run := 0; run < runs; run++ {
 			if err := admin.Do(ctx, "FLUSHALL", "SYNC").Err(); err != nil {
 				return nil, err
@@ -125,17 +138,21 @@ func measureCalls(ctx context.Context, admin *redis.Client, addr string, cases [
 				go func() {
 					defer wg.Done()
 					rng := rand.New(rand.NewPCG(uint64(run), uint64(g)))
-					k := make([]string, 1)
-					ok := make([]bool, 1)
-					for i := g; i < calls; i += conc {
-						k[0] = keys[rng.IntN(len(keys))]
+					k := make([]string, batch)
+					ok := make([]bool, batch)
+					for i := g * batch; i < calls; i += conc * batch {
+						for j := range k {
+							k[j] = keys[rng.IntN(len(keys))]
+						}
 						if err := lim.decide(ctx, k, ok); err != nil {
 							errs <- err
 							return
 						}
-						if !ok[0] {
-							errs <- fmt.Errorf("%s: a request of %s was denied", cc.name, k[0])
-							return
+						for j := range ok {
+							if !ok[j] {
+								errs <- fmt.Errorf("%s: a request of %s was denied", cc.name, k[j])
+								return
+							}
 						}
 					}
 				}()
@@ -155,7 +172,7 @@ func measureCalls(ctx context.Context, admin *redis.Client, addr string, cases [
 			var others []string
 			for _, st := range stats {
 				if st.Name == cc.command {
-					us = st.Usec / st.Calls
+					us = st.Usec / st.Calls / float64(batch)
 				} else if st.Calls >= float64(calls)/100 {
 					others = append(others, fmt.Sprintf("%s %.2f× %.2fµs", st.Name, st.Calls/float64(calls), st.Usec/st.Calls))
 				}
@@ -175,9 +192,9 @@ func measureCalls(ctx context.Context, admin *redis.Client, addr string, cases [
 }
 
 func printCalls(w io.Writer, rs []callResult, calls, conc, nkeys int) {
-	fmt.Fprintf(w, "redis-server time per decision (INFO commandstats usec_per_call of the decision's command): best of %d runs of %d calls from %d goroutines on %d keys.\n\n",
+	fmt.Fprintf(w, "redis-server time per decision (INFO commandstats usec_per_call of the decision's command; for the TakeBatch rows, of the batch's command divided by its decisions): best of %d runs of %d decisions from %d goroutines on %d keys.\n\n",
 		len(rs[0].runs), calls, conc, nkeys)
-	fmt.Fprintln(w, "| contender | configured with | command | µs/call (best) | all runs | commands it calls, per decision |")
+	fmt.Fprintln(w, "| contender | configured with | command | µs/decision (best) | all runs | commands it calls, per decision |")
 	fmt.Fprintln(w, "| --- | --- | --- | ---: | --- | --- |")
 	for _, r := range rs {
 		var all []string

@@ -5,7 +5,8 @@
 -- redisstore sends these files to Redis in two forms (scripts.go):
 --   a function library (Redis ≥ 7.0): every file once, then one
 --     redis.register_function per algorithm and per mode (decide, and peek
---     with the no-writes flag). The library's top level runs once per
+--     with the no-writes flag), group.lua's and batch.lua's (many decisions
+--     in one call, for TakeBatch). The library's top level runs once per
 --     FUNCTION LOAD, so the local functions below are created once per
 --     node, not per call, and the parameter cache P lives across calls;
 --   a script per algorithm and mode (EVALSHA, for servers without

@@ -73,7 +73,8 @@ func (e *environ) serveFlagSet(f *serveFlags) *flag.FlagSet {
 			"share state between replicas. SIGHUP, or a change of the configuration files (or of\n"+
 			"the token files they name), reloads the configuration (an invalid one is refused and\n"+
 			"the old one kept); SIGTERM turns /readyz to 503, keeps serving for --shutdown-delay,\n"+
-			"then drains requests in flight and stops.\n\n"+
+			"then drains requests in flight and stops. `floodgate config defaults` prints every\n"+
+			"configuration field at its default, commented.\n\n"+
 			"Admin endpoints (/v1/reset, /v1/keys, /v1/stats) need the admin token; with none they\n"+
 			"answer 403 (admin.allow_loopback: true opens them to loopback callers). The decision\n"+
 			"APIs take anyone unless clients.tokens_file or a listener's client_ca is set; serve\n"+

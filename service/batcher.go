@@ -133,11 +133,15 @@ func (b *batcher) await(ctx context.Context, p *pending) error {
 	return nil
 }
 
-// saturated reports whether requests wait for a batch.
+// saturated reports whether requests wait for a batch because the bound
+// is full: every batch slot taken, or maxInflight requests in flight. A
+// request queued while the bound has room has a batch starting for it
+// (its runner not yet running, on a busy machine for a while): that is no
+// wait behind the bound, and a call cut meanwhile is the store's failure.
 func (b *batcher) saturated() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.queued > 0
+	return b.queued > 0 && (b.batches >= b.maxBatches || b.inflight >= b.maxInflight)
 }
 
 // withdraw takes p out of the queue if no batch took it yet, and reports

@@ -676,7 +676,11 @@ failure:
 				case took > timeout+margin:
 					st.errs = append(st.errs, fmt.Sprintf("fail-%s: a request took %v", mode, took))
 				case len(r.Decisions) != 1:
-					st.errs = append(st.errs, fmt.Sprintf("fail-%s: %d %+v", mode, resp.StatusCode, r))
+					msg := fmt.Sprintf("fail-%s: %d %+v", mode, resp.StatusCode, r)
+					if r.Error != nil {
+						msg += fmt.Sprintf(" (error %s: %s)", r.Error.Code, r.Error.Message)
+					}
+					st.errs = append(st.errs, msg)
 				case !r.Decisions[0].Degraded:
 					if resp.StatusCode != http.StatusOK || !r.Allowed {
 						st.errs = append(st.errs, fmt.Sprintf("fail-%s: a store decision denied: %d %+v", mode, resp.StatusCode, r))

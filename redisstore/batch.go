@@ -112,20 +112,28 @@ func (s *Store) joinBatch(calls []*call) []*call {
 		return calls // to the replicas, which only a pipeline of reads goes to
 	}
 	out := make([]*call, 0, len(calls))
-	open := make(map[int]*call) // by slot: the batch still taking calls
+	var only *call         // the batch still taking calls, on a server that is not a cluster
+	var open map[int]*call // on a cluster: by slot
 	for _, c := range calls {
 		if c.kind != fcall && c.kind != fcallRO || c.tag == "" || len(c.keys) == 0 {
 			out = append(out, c)
 			continue
 		}
-		slot := 0
+		slot, b := 0, only
 		if s.cluster != nil {
+			if open == nil {
+				open = make(map[int]*call)
+			}
 			slot = keySlot(c.keys[0])
+			b = open[slot]
 		}
-		b := open[slot]
 		if b == nil || len(b.subs) == batchMax {
 			b = &call{kind: fcall, name: library.batch}
-			open[slot] = b
+			if s.cluster != nil {
+				open[slot] = b
+			} else {
+				only = b
+			}
 			out = append(out, b)
 		}
 		b.subs = append(b.subs, c)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,11 +25,7 @@ import (
 // every outcome the decision memstore makes when it takes the same
 // requests one after another. It returns the number of decisions.
 func batchDifferential(t *testing.T, c redis.UniversalClient, tag string, runs, batches int, opts ...redisstore.Option) int {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("FLOODGATE_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (rerun with FLOODGATE_SEED=%d)", seed, seed)
+	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 0xba7c))
 	ch := floodgatetest.RandChooser{R: rng}
 	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))

@@ -195,14 +195,21 @@ func TestSentinel(t *testing.T) {
 	}
 }
 
-// differential runs seeded random sequences through memstore and store
-// and demands identical decisions.
-func differential(t *testing.T, c redis.UniversalClient, tag string, runs, ops int, opts ...redisstore.Option) {
+// testSeed returns the seed of a randomized test, FLOODGATE_SEED's when set
+// and else the clock's, and logs how to run the test again with it.
+func testSeed(t *testing.T) uint64 {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("FLOODGATE_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
 	t.Logf("seed %d (rerun with FLOODGATE_SEED=%d)", seed, seed)
+	return seed
+}
+
+// differential runs seeded random sequences through memstore and store
+// and demands identical decisions.
+func differential(t *testing.T, c redis.UniversalClient, tag string, runs, ops int, opts ...redisstore.Option) {
+	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
 	mem, err := memstore.New(memstore.WithClock(clock), memstore.WithSweepInterval(time.Hour))

@@ -17,11 +17,13 @@ import (
 // FCALL of the library's batch function, batchMax at a time, which makes
 // them one after another as their own calls would: what Redis spends on
 // a call of its own (the command, the function's entry, the reply) is
-// spent once. With a client that reads from replicas, a batch of peeks
-// alone stays a pipeline of FCALL_RO, which go-redis sends to the
-// replicas; a batch that also adds goes to the masters whole, as go-redis
-// sends any pipeline holding a write. On a server without functions each
-// request is a script call of its own in the pipeline.
+// spent once, and the decisions that read the server's clock share one
+// TIME, read by the first of them: the batch runs at one instant. With a
+// client that reads from replicas, a batch of peeks alone stays a
+// pipeline of FCALL_RO, which go-redis sends to the replicas; a batch
+// that also adds goes to the masters whole, as go-redis sends any
+// pipeline holding a write. On a server without functions each request
+// is a script call of its own in the pipeline.
 //
 // Requests whose function or script the node did not have ("Function not
 // found", NOSCRIPT: not run) are sent again, those alone, as EVAL of the

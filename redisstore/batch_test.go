@@ -155,3 +155,59 @@ func TestBatchErrorIsolated(t *testing.T) {
 		t.Errorf("a peek after the batch: %v, %v; want 6 remaining (3 counted once)", d, err)
 	}
 }
+
+// TestBatchReadsClockOnce: the decisions of one batch call that read the
+// server's clock share one TIME, on a mix of algorithms, keys and peeks,
+// and each is decided as a single Take would be.
+func TestBatchReadsClockOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	s := newStore(t, client(t, srv), redisstore.WithPrefix("clk"))
+	ctx := context.Background()
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pols := []floodgate.Policy{
+		{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour},
+		{Name: "gc", Algorithm: floodgate.GCRA, Max: 10, Window: time.Hour, Burst: 10},
+		{Name: "tb", Algorithm: floodgate.TokenBucket, Max: 10, Window: time.Hour, Burst: 10},
+	}
+	var reqs []floodgate.Request
+	for i := 0; i < 16; i++ {
+		reqs = append(reqs, floodgate.Request{Policy: &pols[i%3], Key: fmt.Sprintf("k%d", i), N: 1, Peek: i%5 == 4})
+	}
+	out := make([]storekit.Outcome, len(reqs))
+	fcalls, times := srv.Calls(t, "fcall"), srv.Calls(t, "time")
+	s.TakeBatch(ctx, reqs, out)
+	if n := srv.Calls(t, "fcall") - fcalls; n != 1 {
+		t.Errorf("the batch took %d FCALLs, want 1", n)
+	}
+	if n := srv.Calls(t, "time") - times; n != 1 {
+		t.Errorf("16 decisions on the server's clock in one batch read TIME %d times, want once", n)
+	}
+	for i, o := range out {
+		if o.Err != nil || !o.Decision.Allowed || o.Decision.Remaining != 9 {
+			t.Errorf("decision #%d (%s, peek %v): %v (err %v), want allowed with 9 remaining", i, reqs[i].Policy.Name, reqs[i].Peek, o.Decision, o.Err)
+		}
+	}
+
+	// A second batch reads the clock again: TIME is never kept across calls.
+	times = srv.Calls(t, "time")
+	s.TakeBatch(ctx, reqs[:2], out)
+	if n := srv.Calls(t, "time") - times; n != 1 {
+		t.Errorf("a second batch read TIME %d times, want once", n)
+	}
+
+	// With the caller's clock, a batch reads no TIME at all.
+	c := newStore(t, client(t, srv), redisstore.WithPrefix("clk2"), redisstore.WithClock(storekit.SystemClock{}))
+	times = srv.Calls(t, "time")
+	c.TakeBatch(ctx, reqs, out)
+	if n := srv.Calls(t, "time") - times; n != 0 {
+		t.Errorf("a batch on the caller's clock read TIME %d times, want 0", n)
+	}
+	for i, o := range out {
+		if o.Err != nil {
+			t.Errorf("decision #%d on the caller's clock: %v", i, o.Err)
+		}
+	}
+}

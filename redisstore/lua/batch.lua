@@ -11,7 +11,12 @@
 -- is the reply in its place, and the calls after it go on, exactly as
 -- when each is a call of its own. BK and BA are the scratch keys and args
 -- each call reads, reused: a call reads keys[1 .. its count] only.
-local BK, BA = {}, {}
+--
+-- The calls that read the server's clock share one reading of TIME, made
+-- by the first of them: a batch runs at one instant (no other command runs
+-- between its calls), and TIME costs Redis about as much as a decision's
+-- GET and SET together. BT holds it, emptied at each batch's start.
+local BK, BA, BT = {}, {}, {}
 
 -- NK reads a call's key count without tonumber, whose strtod costs Redis
 -- more than the rest of the loop. No call has more than 18 keys (a
@@ -23,12 +28,13 @@ local NK = {['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['
 local function batch(fns)
   return function(keys, args)
     local out, ki = {}, 0
+    BT[1] = nil
     for ai = 1, #args, 4 do
       local nk = NK[args[ai + 1]] or tonumber(args[ai + 1])
       for j = 1, nk do BK[j] = keys[ki + j] end
       ki = ki + nk
       BA[1], BA[2] = args[ai + 2], args[ai + 3]
-      local ok, r = pcall(fns[args[ai]], BK, BA)
+      local ok, r = pcall(fns[args[ai]], BK, BA, BT)
       if not ok and (type(r) ~= 'table' or not r.err) then
         r = redis.error_reply('ERR floodgate: ' .. tostring(r))
       end

@@ -356,7 +356,9 @@ local function track_series(key, now, n, allowed, expires, p)
 end
 
 -- entry returns the function of an algorithm, deciding or peeking: the
--- body every call runs. It reads the parameters (parse(f, p) adds the
+-- body every call runs, as f(keys, args) or, from batch.lua, f(keys, args,
+-- clock): clock[1] the server's clock (µs) that the batch's calls share,
+-- read with TIME by the first call that needs it (nil until then). It reads the parameters (parse(f, p) adds the
 -- algorithm's to p, and sets p.nkeys, the number of state keys; the usage
 -- hash follows them) and the call, checks the clock, lets the algorithm
 -- decide (decide(keys, p, now, n, peek) returns allowed, remaining,
@@ -365,7 +367,7 @@ end
 -- upvalues, so a call goes through no wrapper: function calls are a good
 -- part of what Lua costs here.
 local function entry(parse, decide, peek)
-  return function(keys, args)
+  return function(keys, args, clock)
     local p = P[args[1]]
     if not p then p = params(args[1], parse) end
     local call = args[2]
@@ -374,8 +376,12 @@ local function entry(parse, decide, peek)
       n, now = struct.unpack('<dd', call)
     else
       n = struct.unpack('<d', call)
-      local t = redis.call('TIME')
-      now = t[1] * 1000000 + t[2]
+      now = clock and clock[1]
+      if not now then
+        local t = redis.call('TIME')
+        now = t[1] * 1000000 + t[2]
+        if clock then clock[1] = now end
+      end
     end
     if now < 0 or now > MAXNOW then
       return redis.error_reply('ERR floodgate: clock reads ' .. fmt(now) .. ' µs, outside 1970 to 2155')

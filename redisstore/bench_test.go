@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/internal/redistest"
+	"github.com/floodgatehq/floodgate/redisstore"
 	"github.com/floodgatehq/floodgate/storekit"
 )
 
@@ -101,25 +102,12 @@ func commandMicros(b *testing.B, srv *redistest.Server) float64 {
 // BenchmarkTakeBatch: the client's side of a pipelined batch of 16
 // decisions (one TakeBatch), run in parallel over 1,000 keys, every
 // decision allowed; ns/op is per batch, and redis-µs/op the server's time
-// for its 16 FCALLs. For profiles of the client path:
+// for its FCALL. For profiles of the client path:
 //
 //	go test -run '^$' -bench BenchmarkTakeBatch -benchtime 3s -cpuprofile /tmp/tb.prof ./redisstore
 func BenchmarkTakeBatch(b *testing.B) {
-	srv := redistest.StartServer(b)
-	s := newStore(b, client(b, srv))
+	s, p, keys := benchDecisions(b)
 	ctx := context.Background()
-	if err := s.Preload(ctx); err != nil {
-		b.Fatal(err)
-	}
-	p := mustPolicy(b, "api", "gcra 1000000/1s burst 1000000000")
-	keys := make([]string, 1000)
-	for i := range keys {
-		keys[i] = "user" + strconv.Itoa(i)
-	}
-	if _, err := srv.Do(b, "CONFIG", "RESETSTAT"); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { b.ReportMetric(commandMicros(b, srv)/float64(b.N), "redis-µs/op") })
 	b.RunParallel(func(pb *testing.PB) {
 		reqs := make([]floodgate.Request, 16)
 		out := make([]storekit.Outcome, 16)
@@ -138,4 +126,47 @@ func BenchmarkTakeBatch(b *testing.B) {
 			i += len(reqs)
 		}
 	})
+}
+
+// BenchmarkTake: the client's side of single decisions (Take), run in
+// parallel over 1,000 keys, every decision allowed; redis-µs/op is the
+// server's time per FCALL. For profiles of the client path:
+//
+//	go test -run '^$' -bench 'BenchmarkTake$' -benchtime 3s -cpuprofile /tmp/take.prof ./redisstore
+func BenchmarkTake(b *testing.B) {
+	s, p, keys := benchDecisions(b)
+	ctx := context.Background()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: keys[i%len(keys)], N: 1})
+			if err != nil || !d.Allowed {
+				b.Errorf("%+v, %v", d, err)
+				return
+			}
+			i++
+		}
+	})
+}
+
+// benchDecisions starts a server for a benchmark of decisions and returns
+// a store on it (its library loaded), a gcra policy that allows every
+// decision, and 1,000 keys; it reports the server's command time per
+// operation as redis-µs/op.
+func benchDecisions(b *testing.B) (*redisstore.Store, floodgate.Policy, []string) {
+	srv := redistest.StartServer(b)
+	s := newStore(b, client(b, srv))
+	if err := s.Preload(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	p := mustPolicy(b, "api", "gcra 1000000/1s burst 1000000000")
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "user" + strconv.Itoa(i)
+	}
+	if _, err := srv.Do(b, "CONFIG", "RESETSTAT"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { b.ReportMetric(commandMicros(b, srv)/float64(b.N), "redis-µs/op") })
+	return s, p, keys
 }

@@ -358,14 +358,14 @@ end
 -- entry returns the function of an algorithm, deciding or peeking: the
 -- body every call runs, as f(keys, args) or, from batch.lua, f(keys, args,
 -- clock): clock[1] the server's clock (µs) that the batch's calls share,
--- read with TIME by the first call that needs it (nil until then). It reads the parameters (parse(f, p) adds the
--- algorithm's to p, and sets p.nkeys, the number of state keys; the usage
--- hash follows them) and the call, checks the clock, lets the algorithm
--- decide (decide(keys, p, now, n, peek) returns allowed, remaining,
--- retry_after, reset_after, binding and the state's expiry after the
--- call, 0 for none), tracks usage and replies. parse, decide and peek are
--- upvalues, so a call goes through no wrapper: function calls are a good
--- part of what Lua costs here.
+-- read with TIME by the first call that needs it (nil until then). It
+-- reads the parameters (parse(f, p) adds the algorithm's to p, and sets
+-- p.nkeys, the number of state keys; the usage hash follows them) and the
+-- call, checks the clock, lets the algorithm decide (decide(keys, p, now,
+-- n, peek) returns allowed, remaining, retry_after, reset_after, binding
+-- and the state's expiry after the call, 0 for none), tracks usage and
+-- replies. parse, decide and peek are upvalues, so a call goes through no
+-- wrapper: function calls are a good part of what Lua costs here.
 local function entry(parse, decide, peek)
   return function(keys, args, clock)
     local p = P[args[1]]

@@ -3,6 +3,8 @@ package redistest
 import (
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -283,4 +285,40 @@ func slotOwners(addr string) ([]string, map[string]int, error) {
 		}
 	}
 	return owners, replicas, nil
+}
+
+// Reshard moves the first slots hash slots of Nodes[from] (the lowest
+// numbered) to Nodes[to], keys and all, as an operator does: with
+// redis-cli --cluster reshard, which marks each slot MIGRATING and
+// IMPORTING, MIGRATEs its keys ten at a time and then gives the slot to
+// Nodes[to]. Clients keep being served meanwhile. It returns when every
+// slot has moved, and fails t when redis-cli is missing (or skips it, as
+// Binary does) or fails. Cluster's fields do not follow the move: Nodes[i]
+// no longer owns all of the i-th range.
+func (c *Cluster) Reshard(t testing.TB, from, to, slots int) {
+	t.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		if os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
+			t.Fatal("redis-cli not found; make test installs it with redis-server")
+		}
+		t.Skip("redis-cli not found on PATH (set FLOODGATE_REQUIRE_REDIS=1 to fail instead)")
+	}
+	id := func(s *Server) string {
+		r, err := s.Do(t, "CLUSTER", "MYID")
+		if err != nil {
+			t.Fatalf("redistest: CLUSTER MYID on %s: %v", s.Addr, err)
+		}
+		return r.(string)
+	}
+	args := []string{"--cluster", "reshard", c.Nodes[from].Addr,
+		"--cluster-from", id(c.Nodes[from]), "--cluster-to", id(c.Nodes[to]),
+		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes"}
+	if s := c.Nodes[from]; s.Password != "" {
+		args = append(args, "--user", s.User, "--pass", s.Password)
+	}
+	out, err := exec.Command(cli, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli --cluster reshard: %v\n%s", err, out)
+	}
 }

@@ -341,6 +341,14 @@ func isFunctionNotFound(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "ERR Function not found")
 }
 
+// isTryAgain reports whether err is a Redis Cluster's TRYAGAIN: a call
+// over several keys of a slot being migrated, refused before it ran
+// because its keys are not all on one side (or, on the node importing the
+// slot, not all there yet).
+func isTryAgain(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN")
+}
+
 // isUnknownCommand reports whether err is a server's answer to a command
 // it does not know: FCALL before Redis 7.0, or behind a proxy that does
 // not pass it. Either way the command did not run.

@@ -30,7 +30,9 @@ import (
 // script's source, so that a FUNCTION FLUSH or SCRIPT FLUSH between the
 // two round trips cannot fail them, and the library is loaded again for
 // the next calls; such a request is decided after the others of the
-// batch (Preload spares the first batches of a store this). A request
+// batch (Preload spares the first batches of a store this). So are those
+// a Cluster refused with TRYAGAIN during a slot's migration (a batch over
+// keys not all on one side of it), each on its own (see Take). A request
 // whose outcome is unknown (a connection error mid-pipeline) gets an error
 // and is never sent twice.
 func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
@@ -74,16 +76,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	s.b.runBatch(ctx, sent)
 	splitBatch(sent)
 
-	// Send exactly the calls that did not run again.
-	var again []*call
-	for _, c := range calls {
-		if notRun(c.err) {
-			again = append(again, c)
-		}
-	}
-	if len(again) > 0 {
-		s.resend(ctx, again)
-	}
+	s.again(ctx, calls) // exactly the calls that did not run
 	for j, c := range calls {
 		i := index[j]
 		if c.err != nil {

@@ -108,8 +108,8 @@ func (s *Store) takeBudget(ctx context.Context, req *floodgate.Request) (floodga
 		c.kind, c.name = evalSha, groupScript.sha
 	}
 	c.reply, c.err = s.b.run(ctx, c)
-	if notRun(c.err) {
-		s.resend(ctx, []*call{c})
+	if c.err != nil {
+		s.again(ctx, []*call{c})
 	}
 	if c.err != nil {
 		return floodgate.Decision{}, classify(ctx, c.err)

@@ -1,12 +1,27 @@
 package redisstore
 
-import "github.com/floodgatehq/floodgate/storekit"
+import (
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/storekit"
+)
 
 // WithScripts makes the store call scripts (EVALSHA) as on a server
 // without Redis Functions, so that tests on Redis 7 cover that path too.
 func WithScripts() Option {
 	return func(s *Store) error {
 		s.scriptsOnly.Store(true)
+		return nil
+	}
+}
+
+// WithTryAgainFor sets how long a call a Cluster refuses with TRYAGAIN is
+// sent again (a second by default), so that tests of slot migrations do
+// not depend on the machine's speed.
+func WithTryAgainFor(d time.Duration) Option {
+	return func(s *Store) error {
+		s.tryAgainFor = d
 		return nil
 	}
 }
@@ -28,3 +43,16 @@ func ScriptSHAs() []string {
 
 // LibrarySource returns the function library's source, for measurements.
 func LibrarySource() string { return library.src }
+
+// DecisionKeys returns the keys a decision of p on key reads and writes,
+// in order: its state keys, then its usage hash when p tracks usage.
+func DecisionKeys(s *Store, p *floodgate.Policy, key string) []string {
+	pr, err := s.prepare(p)
+	if err != nil {
+		panic(err)
+	}
+	return s.keys(p, pr, key, false)
+}
+
+// KeySlot returns the cluster slot of key.
+func KeySlot(key string) int { return keySlot(key) }

@@ -123,6 +123,7 @@ type Store struct {
 	// replicaReads: the cluster client sends read-only commands to
 	// replicas, so TakeBatch leaves a batch of peeks alone unjoined.
 	replicaReads bool
+	tryAgainFor  time.Duration // how long a call refused with TRYAGAIN is sent again
 
 	prepared    *storekit.Cache[*prepared] // by policy, bounded
 	scriptsOnly atomic.Bool                // no functions (Redis < 7.0): EVALSHA
@@ -230,7 +231,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: nil client")
 	}
-	s := &Store{b: goRedis{c: client}, prefix: DefaultPrefix, maxKeyLen: storekit.DefaultMaxKeyLen}
+	s := &Store{b: goRedis{c: client}, prefix: DefaultPrefix, maxKeyLen: storekit.DefaultMaxKeyLen, tryAgainFor: tryAgainFor}
 	s.prepared = storekit.NewCache(0, s.derive)
 	for _, o := range opts {
 		if err := o(s); err != nil {
@@ -501,7 +502,11 @@ func (s *Store) newCall(pr *prepared, req *floodgate.Request) *call {
 
 // Take decides req (see floodgate.Store) with one function call (FCALL,
 // or FCALL_RO for a peek), or one script call on a server without
-// functions. The context's deadline bounds the call; an error wraps
+// functions. A call that did not run is sent again: as EVAL when its
+// function or script is missing, and, when a Cluster refuses it with
+// TRYAGAIN while its slot moves, after 1, 2, 4… ms (at most 100 ms apart)
+// for up to a second. The context's deadline bounds the call and those
+// waits; an error wraps
 // floodgate.ErrUnavailable (and the context's error when that is the
 // cause) when Redis cannot be reached, is down, or replies oddly.
 func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
@@ -520,9 +525,8 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	}
 	c := s.newCall(pr, &req)
 	c.reply, c.err = s.b.run(ctx, c)
-	if notRun(c.err) {
-		// Not run: safe to send again, with the script's source this time.
-		s.resend(ctx, []*call{c})
+	if c.err != nil {
+		s.again(ctx, []*call{c})
 	}
 	if c.err != nil {
 		return floodgate.Decision{}, classify(ctx, c.err)
@@ -546,6 +550,90 @@ func notRun(err error) bool {
 // proxy), or its ACL refuses it.
 func noFunctions(err error) bool {
 	return isUnknownCommand(err) || isCommandDenied(err)
+}
+
+// again sends again the calls that did not run, so that none fails for a
+// reason that says it can be sent again safely: those whose function or
+// script was missing (resend), then those a cluster refused during a slot
+// migration (tryAgain). The others keep their reply or error.
+func (s *Store) again(ctx context.Context, calls []*call) {
+	s.resendMissing(ctx, calls)
+	s.tryAgain(ctx, calls)
+}
+
+// resendMissing resends (see resend) those of calls whose function or
+// script was missing, or whose command the server refused.
+func (s *Store) resendMissing(ctx context.Context, calls []*call) {
+	var missing []*call
+	for _, c := range calls {
+		if notRun(c.err) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		s.resend(ctx, missing)
+	}
+}
+
+// tryAgainFor bounds how long tryAgain goes on sending calls again (a
+// Store's tryAgainFor, which tests may lengthen): a slot stuck in
+// migration (a reshard that stopped half way) must not hold a caller
+// without a deadline for ever.
+const tryAgainFor = time.Second
+
+// tryAgain sends again, each as a call of its own, the calls a cluster
+// refused with TRYAGAIN, which did not run: during a slot's migration a
+// node refuses a call over several keys that are not all on its side (a
+// decision tracking usage whose key is new, or a batch of decisions on
+// several keys of the slot). Alone, most of a batch's decisions go
+// through (a call over one key follows the ASK to the node importing the
+// slot); a decision over several keys is refused until the keys it has
+// are moved, or the migration ends. So the calls are sent again at once,
+// then after 1 ms, 2 ms, 4 ms… (at most 100 ms apart) while some are
+// refused, until ctx ends or s.tryAgainFor has passed; a call refused then
+// keeps its TRYAGAIN. A call sent again may also find that the node now
+// serving its slot lacks the library (a new node), and is resent as EVAL.
+func (s *Store) tryAgain(ctx context.Context, calls []*call) {
+	var wait time.Duration
+	var until time.Time
+	for {
+		var refused []*call
+		for _, c := range calls {
+			if isTryAgain(c.err) {
+				refused = append(refused, c)
+			}
+		}
+		if len(refused) == 0 {
+			return
+		}
+		if until.IsZero() {
+			until = time.Now().Add(s.tryAgainFor)
+		}
+		if wait > 0 {
+			if time.Now().Add(wait).After(until) || !sleep(ctx, wait) {
+				return
+			}
+		}
+		wait = min(max(2*wait, time.Millisecond), 100*time.Millisecond)
+		if len(refused) == 1 {
+			refused[0].reply, refused[0].err = s.b.run(ctx, refused[0])
+		} else {
+			s.b.runBatch(ctx, refused)
+		}
+		s.resendMissing(ctx, refused)
+	}
+}
+
+// sleep waits d, and reports false at once if ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // resend sends calls that did not run again as EVAL of their script's

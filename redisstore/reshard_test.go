@@ -1,0 +1,305 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/internal/redistest"
+	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/storekit"
+)
+
+// TestSlotMigration: while the slot of some keys moves from one master to
+// another (CLUSTER SETSLOT … MIGRATING / IMPORTING, MIGRATE, SETSLOT …
+// NODE, as redis-cli --cluster reshard does it), decisions on those keys
+// are decided, each once: a batch mixing a key already on the first master
+// with a new one (which the cluster refuses whole with TRYAGAIN) is
+// decided call by call, and a decision tracking usage on a new key (two
+// keys, which neither master will take during the migration) waits for
+// the migration to end, within its context. A context that ends first
+// gets ErrUnavailable, and no hang.
+func TestSlotMigration(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	for _, path := range paths {
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			testSlotMigration(t, cl, strings.ToLower(path.name), path.opts...)
+		})
+	}
+}
+
+func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ...redisstore.Option) {
+	ctx := context.Background()
+	s := newStore(t, clusterClient(t, cl), append([]redisstore.Option{redisstore.WithTryAgainFor(time.Minute)}, opts...)...)
+	fw := &floodgate.Policy{Name: name + "-fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
+	tr := &floodgate.Policy{Name: name + "-tr", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour, Track: true}
+
+	// Keys of one slot: old (decided before the migration) and new ones.
+	old := "old-" + name
+	slot := redisstore.KeySlot(redisstore.DecisionKeys(s, fw, old)[0])
+	inSlot := func(p *floodgate.Policy, key string) bool {
+		for _, k := range redisstore.DecisionKeys(s, p, key) {
+			if redisstore.KeySlot(k) != slot {
+				return false
+			}
+		}
+		return true
+	}
+	var fresh []string
+	for i := 0; len(fresh) < 4; i++ {
+		k := name + strconv.Itoa(i)
+		if inSlot(fw, k) && inSlot(tr, k) {
+			fresh = append(fresh, k)
+		}
+	}
+	take := func(ctx context.Context, p *floodgate.Policy, key string) (floodgate.Decision, error) {
+		return s.Take(ctx, floodgate.Request{Policy: p, Key: key, N: 1})
+	}
+	for _, p := range []*floodgate.Policy{fw, tr} {
+		if _, err := take(ctx, p, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Start the migration from the slot's master to the next.
+	src := 0 // Nodes[i] owns slots i·16384/n to (i+1)·16384/n - 1
+	for (src+1)*16384/len(cl.Nodes) <= slot {
+		src++
+	}
+	a, b := cl.Nodes[src], cl.Nodes[(src+1)%len(cl.Nodes)]
+	do := func(srv *redistest.Server, args ...string) any {
+		t.Helper()
+		r, err := srv.Do(t, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		}
+		return r
+	}
+	aid, bid := do(a, "CLUSTER", "MYID").(string), do(b, "CLUSTER", "MYID").(string)
+	ss := strconv.Itoa(slot)
+	do(b, "CLUSTER", "SETSLOT", ss, "IMPORTING", aid)
+	do(a, "CLUSTER", "SETSLOT", ss, "MIGRATING", bid)
+
+	// A batch of the old key and a new one: one FCALL over keys on both
+	// sides, refused whole, then each decision alone.
+	reqs := []floodgate.Request{
+		{Policy: fw, Key: old, N: 1}, {Policy: fw, Key: fresh[0], N: 1},
+		{Policy: fw, Key: old, N: 1}, {Policy: tr, Key: old, N: 1},
+	}
+	out := make([]storekit.Outcome, len(reqs))
+	s.TakeBatch(ctx, reqs, out)
+	for i, want := range []int64{1, 2, 0, 1} {
+		if o := out[i]; o.Err != nil || !o.Decision.Allowed || o.Decision.Remaining != want {
+			t.Fatalf("batch during the migration, decision %d: %+v, %v; want allowed, %d remaining", i, o.Decision, o.Err, want)
+		}
+	}
+
+	// A context that ends while the cluster refuses: an error, no hang
+	// (the cluster's refusal, or the context's end if it came mid-call).
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err := take(short, tr, fresh[1])
+	cancel()
+	if !errors.Is(err, floodgate.ErrUnavailable) {
+		t.Fatalf("a tracked new key with a short context during the migration: %v; want ErrUnavailable", err)
+	}
+
+	// Without a deadline, a store stops sending it after its tryAgainFor.
+	brief := newStore(t, clusterClient(t, cl), append([]redisstore.Option{redisstore.WithTryAgainFor(30 * time.Millisecond)}, opts...)...)
+	if _, err = brief.Take(ctx, floodgate.Request{Policy: tr, Key: fresh[3], N: 1}); !errors.Is(err, floodgate.ErrUnavailable) || !strings.Contains(err.Error(), "TRYAGAIN") {
+		t.Fatalf("a tracked new key during the migration, sent again for 30 ms: %v; want ErrUnavailable with TRYAGAIN", err)
+	}
+
+	// A tracked new key: refused until the migration ends, which it waits for.
+	refusals := func() int64 {
+		info, _ := do(b, "INFO", "errorstats").(string)
+		_, rest, _ := strings.Cut(info, "errorstat_TRYAGAIN:count=")
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 10, 64)
+		return n
+	}
+	before := refusals()
+	done := make(chan error, 1)
+	go func() {
+		_, err := take(ctx, tr, fresh[2])
+		done <- err
+	}()
+	for refusals() == before {
+		select {
+		case err := <-done:
+			t.Fatalf("a tracked new key was decided (%v) before the importing master refused it", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	// Finish the migration: the keys, then the slot's owner everywhere.
+	keys, _ := do(a, "CLUSTER", "GETKEYSINSLOT", ss, "1000").([]any)
+	if len(keys) == 0 {
+		t.Fatal("no key on the migrating master")
+	}
+	migrate := []string{"MIGRATE", "127.0.0.1", strings.TrimPrefix(b.Addr, "127.0.0.1:"), "", "0", "5000", "KEYS"}
+	for _, k := range keys {
+		migrate = append(migrate, k.(string))
+	}
+	do(a, migrate...)
+	do(b, "CLUSTER", "SETSLOT", ss, "NODE", bid)
+	do(a, "CLUSTER", "SETSLOT", ss, "NODE", bid)
+	for _, n := range cl.Nodes {
+		do(n, "CLUSTER", "SETSLOT", ss, "NODE", bid)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a tracked new key during the migration: %v", err)
+	}
+
+	// Every decision counted once, on the new master.
+	for _, c := range []struct {
+		p    *floodgate.Policy
+		key  string
+		want int64 // remaining after one more, -1 for denied
+	}{{fw, old, -1}, {fw, fresh[0], 1}, {tr, old, 0}, {tr, fresh[2], 1}} {
+		d, err := take(ctx, c.p, c.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.want < 0 && d.Allowed || c.want >= 0 && (!d.Allowed || d.Remaining != c.want) {
+			t.Errorf("%s %s after the migration: allowed %v, %d remaining; want %d remaining (-1: denied)", c.p.Name, c.key, d.Allowed, d.Remaining, c.want)
+		}
+	}
+	if n := len(do(a, "CLUSTER", "GETKEYSINSLOT", ss, "1000").([]any)); n != 0 {
+		t.Errorf("%d keys of the slot left on the old master", n)
+	}
+}
+
+// TestReshardUnderLoad: decisions (single and batched, tracked and not)
+// keep flowing while redis-cli --cluster reshard moves the slots of their
+// keys to another master, and each one that succeeds is counted exactly
+// once: a call sent again after TRYAGAIN had not run. None is refused
+// (the store sends refused calls again for a minute here, not a second,
+// so that a slow machine cannot fail the test), and none has an unknown
+// outcome.
+func TestReshardUnderLoad(t *testing.T) {
+	t.Parallel()
+	const moved = 16 // slots moved from Nodes[0], its lowest: 0 to 15
+	cl := redistest.StartCluster(t, 3)
+	s := newStore(t, clusterClient(t, cl), redisstore.WithTryAgainFor(time.Minute))
+	ctx := context.Background()
+	pols := []*floodgate.Policy{
+		{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour},
+		{Name: "tr", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour, Track: true},
+	}
+	var keys []string // keys whose slots move, about 100 a slot
+	for i := 0; len(keys) < 100*moved; i++ {
+		k := "r" + strconv.Itoa(i)
+		if redisstore.KeySlot(redisstore.DecisionKeys(s, pols[1], k)[0]) < moved {
+			keys = append(keys, k)
+		}
+	}
+	type counter struct{ ok, refused atomic.Int64 }
+	counts := make([][]counter, len(pols))
+	for i := range counts {
+		counts[i] = make([]counter, len(keys))
+	}
+	// State for every key, and usage for half of them (the others are new
+	// to the tracked policy), so that the slots have keys to move.
+	var first []floodgate.Request
+	var firstAt [][2]int
+	for ki, k := range keys {
+		first = append(first, floodgate.Request{Policy: pols[0], Key: k, N: 1})
+		firstAt = append(firstAt, [2]int{0, ki})
+		if ki%2 == 0 {
+			first = append(first, floodgate.Request{Policy: pols[1], Key: k, N: 1})
+			firstAt = append(firstAt, [2]int{1, ki})
+		}
+	}
+	firstOut := make([]storekit.Outcome, len(first))
+	s.TakeBatch(ctx, first, firstOut)
+	for i, o := range firstOut {
+		if o.Err != nil || !o.Decision.Allowed {
+			t.Fatalf("before the reshard: %+v, %v", o.Decision, o.Err)
+		}
+		counts[firstAt[i][0]][firstAt[i][1]].ok.Add(1)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var unknown atomic.Value
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			reqs := make([]floodgate.Request, 4)
+			out := make([]storekit.Outcome, 4)
+			pick := make([][2]int, 4)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := 1 + i%4 // batches of 1 to 4, some keys new, some repeated
+				for j := range n {
+					pi, ki := rng.IntN(len(pols)), rng.IntN(len(keys))
+					pick[j] = [2]int{pi, ki}
+					reqs[j] = floodgate.Request{Policy: pols[pi], Key: keys[ki], N: 1}
+				}
+				if n == 1 {
+					d, err := s.Take(ctx, reqs[0])
+					out[0] = storekit.Outcome{Decision: d, Err: err}
+				} else {
+					s.TakeBatch(ctx, reqs[:n], out[:n])
+				}
+				for j := range n {
+					c := &counts[pick[j][0]][pick[j][1]]
+					switch o := out[j]; {
+					case o.Err == nil && o.Decision.Allowed:
+						c.ok.Add(1)
+					case o.Err != nil && strings.Contains(o.Err.Error(), "TRYAGAIN"):
+						c.refused.Add(1)
+					default:
+						unknown.CompareAndSwap(nil, fmt.Sprintf("%+v, %v", o.Decision, o.Err))
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond) // decisions flowing
+	cl.Reshard(t, 0, 1, moved)
+	close(stop)
+	wg.Wait()
+	if u := unknown.Load(); u != nil {
+		t.Fatalf("a decision during the reshard neither allowed nor refused: %v", u)
+	}
+	var ok, refused int64
+	for pi, p := range pols {
+		for ki, k := range keys {
+			c := &counts[pi][ki]
+			ok, refused = ok+c.ok.Load(), refused+c.refused.Load()
+			d, err := s.Take(ctx, floodgate.Request{Policy: p, Key: k, N: 1, Peek: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Max - 1 - d.Remaining; got != c.ok.Load() {
+				t.Errorf("%s %s: counted %d, %d allowed", p.Name, k, got, c.ok.Load())
+			}
+		}
+	}
+	for slot := range moved {
+		for i, want := range []bool{false, true} {
+			n, err := cl.Nodes[i].Do(t, "CLUSTER", "COUNTKEYSINSLOT", strconv.Itoa(slot))
+			if err != nil || (n.(int64) > 0) != want {
+				t.Errorf("after the reshard, master %d holds %v keys of slot %d (%v)", i, n, slot, err)
+			}
+		}
+	}
+	t.Logf("%d decisions allowed, %d refused", ok, refused)
+	if refused > 0 {
+		t.Errorf("%d decisions refused with TRYAGAIN during the reshard", refused)
+	}
+}

@@ -16,11 +16,13 @@ test: check redis browser
 	FLOODGATE_REQUIRE_REDIS=1 $(GO) test -race -shuffle=on -count=1 -timeout 30m -json ./... | $(GO) run ./internal/testreport
 	cd browsertest && FLOODGATE_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -json ./... | $(GO) run ../internal/testreport
 
-## redis: install redis-server (Debian's package) when it is not on PATH
-## (scripts/apt-install.sh: one install at a time, so that two make test at
-## once do not collide on dpkg's lock).
+## redis: install redis-server, and redis-cli (whose --cluster reshard the
+## tests of slot migrations run), from Debian's packages when they are not
+## on PATH (scripts/apt-install.sh: one install at a time, so that two make
+## test at once do not collide on dpkg's lock).
 redis:
 	@scripts/apt-install.sh redis-server redis-server
+	@scripts/apt-install.sh redis-tools redis-cli
 	@redis-server --version
 
 ## browser: install Chromium (Debian's package) when it is not on PATH, for

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/storekit"
@@ -32,7 +33,8 @@ import (
 // the next calls; such a request is decided after the others of the
 // batch (Preload spares the first batches of a store this). So are those
 // a Cluster refused with TRYAGAIN during a slot's migration (a batch over
-// keys not all on one side of it), each on its own (see Take). A request
+// keys not all on one side of it), each on its own (see Take), for up to
+// a second in all for the batch. A request
 // whose outcome is unknown (a connection error mid-pipeline) gets an error
 // and is never sent twice.
 func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
@@ -45,6 +47,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		}
 		return
 	}
+	var until time.Time // when sending refused calls again stops (tryAgain)
 	calls := make([]*call, 0, len(reqs))
 	preps := make([]*prepared, 0, len(reqs))
 	index := make([]int, 0, len(reqs))
@@ -56,7 +59,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		}
 		if budgetOp(req) {
 			// One call of its own: group.lua's reply is another shape.
-			d, err := s.takeBudget(ctx, req)
+			d, err := s.takeBudget(ctx, req, &until)
 			out[i] = storekit.Outcome{Decision: d, Err: err}
 			continue
 		}
@@ -76,7 +79,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	s.b.runBatch(ctx, sent)
 	splitBatch(sent)
 
-	s.again(ctx, calls) // exactly the calls that did not run
+	s.again(ctx, calls, &until) // exactly the calls that did not run
 	for j, c := range calls {
 		i := index[j]
 		if c.err != nil {

@@ -29,8 +29,9 @@ const calendar floodgate.Align = "calendar"
 // takeBudget decides a checked request that budgetOp accepts with one call
 // of group.lua over every member's keys. On a Cluster, the members' keys
 // must share a slot: a group whose keys do not is refused, before
-// anything is decided, with an error wrapping storekit.ErrCrossSlot.
-func (s *Store) takeBudget(ctx context.Context, req *floodgate.Request) (floodgate.Decision, error) {
+// anything is decided, with an error wrapping storekit.ErrCrossSlot. A
+// call refused with TRYAGAIN is sent again until *until (see tryAgain).
+func (s *Store) takeBudget(ctx context.Context, req *floodgate.Request, until *time.Time) (floodgate.Decision, error) {
 	members := len(req.Group) + 1
 	preps := make([]*prepared, members)
 	var keys []string
@@ -109,7 +110,7 @@ func (s *Store) takeBudget(ctx context.Context, req *floodgate.Request) (floodga
 	}
 	c.reply, c.err = s.b.run(ctx, c)
 	if c.err != nil {
-		s.again(ctx, []*call{c})
+		s.again(ctx, []*call{c}, until)
 	}
 	if c.err != nil {
 		return floodgate.Decision{}, classify(ctx, c.err)

@@ -31,8 +31,9 @@ func TestSlotMigration(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	for _, path := range paths {
+		// One after the other: each counts the refusals of the cluster's
+		// masters, which another's would add to.
 		t.Run(path.name, func(t *testing.T) {
-			t.Parallel()
 			testSlotMigration(t, cl, strings.ToLower(path.name), path.opts...)
 		})
 	}
@@ -158,12 +159,13 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 		t.Fatalf("a tracked new key during the migration: %v", err)
 	}
 
-	// Every decision counted once, on the new master.
+	// Every decision counted once, on the new master; the refused ones
+	// (fresh[1] and fresh[3]) not at all.
 	for _, c := range []struct {
 		p    *floodgate.Policy
 		key  string
 		want int64 // remaining after one more, -1 for denied
-	}{{fw, old, -1}, {fw, fresh[0], 1}, {tr, old, 0}, {tr, fresh[2], 1}} {
+	}{{fw, old, -1}, {fw, fresh[0], 1}, {tr, old, 0}, {tr, fresh[1], 2}, {tr, fresh[2], 1}, {tr, fresh[3], 2}} {
 		d, err := take(ctx, c.p, c.key)
 		if err != nil {
 			t.Fatal(err)
@@ -177,8 +179,8 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 	}
 }
 
-// TestReshardUnderLoad: decisions (single and batched, tracked and not)
-// keep flowing while redis-cli --cluster reshard moves the slots of their
+// TestReshardUnderLoad: decisions (single and batched, over one key and
+// over several: tracked, a sliding window) keep flowing while redis-cli --cluster reshard moves the slots of their
 // keys to another master, and each one that succeeds is counted exactly
 // once: a call sent again after TRYAGAIN had not run. None is refused
 // (the store sends refused calls again for a minute here, not a second,
@@ -190,9 +192,11 @@ func TestReshardUnderLoad(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	s := newStore(t, clusterClient(t, cl), redisstore.WithTryAgainFor(time.Minute))
 	ctx := context.Background()
+	const max = 1 << 40
 	pols := []*floodgate.Policy{
-		{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour},
-		{Name: "tr", Algorithm: floodgate.FixedWindow, Max: 1 << 40, Window: time.Hour, Track: true},
+		{Name: "fw", Algorithm: floodgate.FixedWindow, Max: max, Window: time.Hour},
+		{Name: "tr", Algorithm: floodgate.FixedWindow, Max: max, Window: time.Hour, Track: true},
+		{Name: "sw", Algorithm: floodgate.SlidingWindow, Limits: []floodgate.Limit{{Max: max, Window: time.Hour, Resolution: time.Minute}}},
 	}
 	var keys []string // keys whose slots move, about 100 a slot
 	for i := 0; len(keys) < 100*moved; i++ {
@@ -206,16 +210,17 @@ func TestReshardUnderLoad(t *testing.T) {
 	for i := range counts {
 		counts[i] = make([]counter, len(keys))
 	}
-	// State for every key, and usage for half of them (the others are new
-	// to the tracked policy), so that the slots have keys to move.
+	// State for every key under fw, and under the policies over several
+	// keys (tr: state and usage; sw: state and a limit's buckets) for half
+	// of them, the others new, so that the slots have keys to move.
 	var first []floodgate.Request
 	var firstAt [][2]int
 	for ki, k := range keys {
-		first = append(first, floodgate.Request{Policy: pols[0], Key: k, N: 1})
-		firstAt = append(firstAt, [2]int{0, ki})
-		if ki%2 == 0 {
-			first = append(first, floodgate.Request{Policy: pols[1], Key: k, N: 1})
-			firstAt = append(firstAt, [2]int{1, ki})
+		for pi, p := range pols {
+			if pi == 0 || ki%2 == 0 {
+				first = append(first, floodgate.Request{Policy: p, Key: k, N: 1})
+				firstAt = append(firstAt, [2]int{pi, ki})
+			}
 		}
 	}
 	firstOut := make([]storekit.Outcome, len(first))
@@ -228,6 +233,12 @@ func TestReshardUnderLoad(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var once sync.Once
+	halt := func() {
+		once.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	t.Cleanup(halt) // when Reshard fails or skips the test
 	var unknown atomic.Value
 	for g := range 6 {
 		wg.Add(1)
@@ -271,8 +282,7 @@ func TestReshardUnderLoad(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond) // decisions flowing
 	cl.Reshard(t, 0, 1, moved)
-	close(stop)
-	wg.Wait()
+	halt()
 	if u := unknown.Load(); u != nil {
 		t.Fatalf("a decision during the reshard neither allowed nor refused: %v", u)
 	}
@@ -285,7 +295,7 @@ func TestReshardUnderLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := p.Max - 1 - d.Remaining; got != c.ok.Load() {
+			if got := max - 1 - d.Remaining; got != c.ok.Load() {
 				t.Errorf("%s %s: counted %d, %d allowed", p.Name, k, got, c.ok.Load())
 			}
 		}

@@ -504,9 +504,9 @@ func (s *Store) newCall(pr *prepared, req *floodgate.Request) *call {
 // or FCALL_RO for a peek), or one script call on a server without
 // functions. A call that did not run is sent again: as EVAL when its
 // function or script is missing, and, when a Cluster refuses it with
-// TRYAGAIN while its slot moves, after 1, 2, 4… ms (at most 100 ms apart)
-// for up to a second. The context's deadline bounds the call and those
-// waits; an error wraps
+// TRYAGAIN while its slot moves, at once, then after 1, 2, 4… ms (at most
+// 100 ms apart) for up to a second. The context's deadline bounds the
+// call and those waits; an error wraps
 // floodgate.ErrUnavailable (and the context's error when that is the
 // cause) when Redis cannot be reached, is down, or replies oddly.
 func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
@@ -517,7 +517,7 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 		return floodgate.Decision{}, err
 	}
 	if budgetOp(&req) {
-		return s.takeBudget(ctx, &req)
+		return s.takeBudget(ctx, &req, new(time.Time))
 	}
 	pr, err := s.prepare(req.Policy)
 	if err != nil {
@@ -526,7 +526,7 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	c := s.newCall(pr, &req)
 	c.reply, c.err = s.b.run(ctx, c)
 	if c.err != nil {
-		s.again(ctx, []*call{c})
+		s.again(ctx, []*call{c}, new(time.Time))
 	}
 	if c.err != nil {
 		return floodgate.Decision{}, classify(ctx, c.err)
@@ -555,10 +555,11 @@ func noFunctions(err error) bool {
 // again sends again the calls that did not run, so that none fails for a
 // reason that says it can be sent again safely: those whose function or
 // script was missing (resend), then those a cluster refused during a slot
-// migration (tryAgain). The others keep their reply or error.
-func (s *Store) again(ctx context.Context, calls []*call) {
+// migration (tryAgain, until *until). The others keep their reply or
+// error.
+func (s *Store) again(ctx context.Context, calls []*call, until *time.Time) {
 	s.resendMissing(ctx, calls)
-	s.tryAgain(ctx, calls)
+	s.tryAgain(ctx, calls, until)
 }
 
 // resendMissing resends (see resend) those of calls whose function or
@@ -575,27 +576,29 @@ func (s *Store) resendMissing(ctx context.Context, calls []*call) {
 	}
 }
 
-// tryAgainFor bounds how long tryAgain goes on sending calls again (a
-// Store's tryAgainFor, which tests may lengthen): a slot stuck in
-// migration (a reshard that stopped half way) must not hold a caller
+// tryAgainFor is how long a Store sends again the calls a cluster refuses
+// with TRYAGAIN (its tryAgainFor, which tests may lengthen): a slot stuck
+// in migration (a reshard that stopped half way) must not hold a caller
 // without a deadline for ever.
 const tryAgainFor = time.Second
 
 // tryAgain sends again, each as a call of its own, the calls a cluster
-// refused with TRYAGAIN, which did not run: during a slot's migration a
-// node refuses a call over several keys that are not all on its side (a
-// decision tracking usage whose key is new, or a batch of decisions on
-// several keys of the slot). Alone, most of a batch's decisions go
-// through (a call over one key follows the ASK to the node importing the
-// slot); a decision over several keys is refused until the keys it has
-// are moved, or the migration ends. So the calls are sent again at once,
-// then after 1 ms, 2 ms, 4 ms… (at most 100 ms apart) while some are
-// refused, until ctx ends or s.tryAgainFor has passed; a call refused then
-// keeps its TRYAGAIN. A call sent again may also find that the node now
-// serving its slot lacks the library (a new node), and is resent as EVAL.
-func (s *Store) tryAgain(ctx context.Context, calls []*call) {
+// refused with TRYAGAIN, which did not run. While a slot moves, its
+// masters refuse a call over several of its keys unless one of them
+// holds them all: a batch of decisions on several keys, or a decision
+// over several keys (a sliding window or log, a group, a tracked policy's
+// state and usage) whose keys are some on each side, which is refused
+// until the rest are moved, or are new, which is refused until the
+// migration of the whole slot ends. Alone, most of a batch's decisions go
+// through (a call over one key follows the ASK to the importing master).
+// So the calls are sent again at once, then after 1 ms, 2 ms, 4 ms… (at
+// most 100 ms apart) while some are refused, until ctx ends or *until
+// passes; a call refused then keeps its TRYAGAIN. A zero *until is set to
+// s.tryAgainFor after now; the calls of one TakeBatch share one. A call
+// sent again may find that the master now serving its slot lacks the
+// library (a new node), and is resent as EVAL.
+func (s *Store) tryAgain(ctx context.Context, calls []*call, until *time.Time) {
 	var wait time.Duration
-	var until time.Time
 	for {
 		var refused []*call
 		for _, c := range calls {
@@ -607,10 +610,10 @@ func (s *Store) tryAgain(ctx context.Context, calls []*call) {
 			return
 		}
 		if until.IsZero() {
-			until = time.Now().Add(s.tryAgainFor)
+			*until = time.Now().Add(s.tryAgainFor)
 		}
 		if wait > 0 {
-			if time.Now().Add(wait).After(until) || !sleep(ctx, wait) {
+			if time.Now().Add(wait).After(*until) || !sleep(ctx, wait) {
 				return
 			}
 		}

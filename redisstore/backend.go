@@ -132,6 +132,13 @@ func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 	_, _ = pipe.Exec(ctx) // errors are per command
 	for i, c := range calls {
 		c.reply, c.err = cmds[i].Result()
+		if c.reply != nil && (errors.Is(c.err, context.DeadlineExceeded) || errors.Is(c.err, context.Canceled)) {
+			// The reply arrived, and the call ran: a cluster client that
+			// follows another call's MOVED or ASK waits before it, and when
+			// ctx ends meanwhile it gives every call of the pipeline
+			// without an error ctx's, those that were answered too.
+			c.err = nil
+		}
 	}
 }
 

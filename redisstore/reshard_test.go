@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/redisstore"
@@ -311,5 +313,80 @@ func TestReshardUnderLoad(t *testing.T) {
 	t.Logf("%d decisions allowed, %d refused", ok, refused)
 	if refused > 0 {
 		t.Errorf("%d decisions refused with TRYAGAIN during the reshard", refused)
+	}
+}
+
+// TestAnsweredBeforeRedirectWait: a cluster client following one call's
+// ASK waits first (its retry backoff), and when the context ends
+// meanwhile go-redis marks every call of the pipeline with the context's
+// error, those already answered too. The answered decision ran and was
+// counted: TakeBatch gives its decision, not an error the failure policy
+// would decide (letting through a request the limit refused, or refusing
+// one it counted).
+func TestAnsweredBeforeRedirectWait(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	// A backoff far beyond the context, whatever the machine's speed.
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, MinRetryBackoff: time.Hour, MaxRetryBackoff: time.Hour})
+	t.Cleanup(func() { c.Close() })
+	s := newStore(t, c)
+	ctx := context.Background()
+	fw := &floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
+	owner := func(key string) (int, int) {
+		slot := redisstore.KeySlot(redisstore.DecisionKeys(s, fw, key)[0])
+		i := 0 // Nodes[i] owns slots i·16384/n to (i+1)·16384/n - 1
+		for (i+1)*16384/len(cl.Nodes) <= slot {
+			i++
+		}
+		return slot, i
+	}
+	slot, src := owner("moving")
+	other := ""
+	for i := 0; other == ""; i++ {
+		if _, n := owner("o" + strconv.Itoa(i)); n != src {
+			other = "o" + strconv.Itoa(i)
+		}
+	}
+	// A first decision on other, which also loads what its master lacks.
+	if d, err := s.Take(ctx, floodgate.Request{Policy: fw, Key: other, N: 1}); err != nil || d.Remaining != 2 {
+		t.Fatalf("before the migration: %+v, %v", d, err)
+	}
+	a, b := cl.Nodes[src], cl.Nodes[(src+1)%len(cl.Nodes)]
+	for _, cmd := range []struct {
+		srv   *redistest.Server
+		state string
+		peer  *redistest.Server
+	}{{b, "IMPORTING", a}, {a, "MIGRATING", b}} {
+		id, err := cmd.peer.Do(t, "CLUSTER", "MYID")
+		if err == nil {
+			_, err = cmd.srv.Do(t, "CLUSTER", "SETSLOT", strconv.Itoa(slot), cmd.state, id.(string))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// "moving" is new: its master answers ASK, and go-redis waits an hour
+	// before following it; the context ends first.
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	reqs := []floodgate.Request{{Policy: fw, Key: other, N: 1}, {Policy: fw, Key: "moving", N: 1}}
+	out := make([]storekit.Outcome, len(reqs))
+	s.TakeBatch(short, reqs, out)
+	if o := out[0]; o.Err != nil || !o.Decision.Allowed || o.Decision.Remaining != 1 {
+		t.Errorf("the answered decision: %+v, %v; want allowed, 1 remaining", o.Decision, o.Err)
+	}
+	if out[1].Err == nil {
+		t.Errorf("the decision waiting on its ASK: %+v, no error; want the context's", out[1].Decision)
+	}
+	// Counted once, and the other not at all.
+	for _, c := range []struct {
+		key  string
+		want int64
+	}{{other, 0}, {"moving", 2}} {
+		d, err := s.Take(ctx, floodgate.Request{Policy: fw, Key: c.key, N: 1, Peek: true})
+		if err != nil || d.Remaining != c.want {
+			t.Errorf("peek %s: %+v, %v; want %d remaining", c.key, d, err, c.want)
+		}
 	}
 }

@@ -133,10 +133,10 @@ func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 	for i, c := range calls {
 		c.reply, c.err = cmds[i].Result()
 		if c.reply != nil && (errors.Is(c.err, context.DeadlineExceeded) || errors.Is(c.err, context.Canceled)) {
-			// The reply arrived, and the call ran: a cluster client that
-			// follows another call's MOVED or ASK waits before it, and when
-			// ctx ends meanwhile it gives every call of the pipeline
-			// without an error ctx's, those that were answered too.
+			// The reply arrived: the call ran. A cluster client waits
+			// before it follows another call's MOVED or ASK, and when ctx
+			// ends meanwhile it sets ctx's error on every call of the
+			// pipeline that has none, the answered ones included.
 			c.err = nil
 		}
 	}

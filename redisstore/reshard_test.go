@@ -75,11 +75,7 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 	}
 
 	// Start the migration from the slot's master to the next.
-	src := 0 // Nodes[i] owns slots i·16384/n to (i+1)·16384/n - 1
-	for (src+1)*16384/len(cl.Nodes) <= slot {
-		src++
-	}
-	a, b := cl.Nodes[src], cl.Nodes[(src+1)%len(cl.Nodes)]
+	a, b, bid := startMigration(t, cl, slot)
 	do := func(srv *redistest.Server, args ...string) any {
 		t.Helper()
 		r, err := srv.Do(t, args...)
@@ -88,10 +84,7 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 		}
 		return r
 	}
-	aid, bid := do(a, "CLUSTER", "MYID").(string), do(b, "CLUSTER", "MYID").(string)
 	ss := strconv.Itoa(slot)
-	do(b, "CLUSTER", "SETSLOT", ss, "IMPORTING", aid)
-	do(a, "CLUSTER", "SETSLOT", ss, "MIGRATING", bid)
 
 	// A batch of the old key and a new one: one FCALL over keys on both
 	// sides, refused whole, then each decision alone.
@@ -334,11 +327,7 @@ func TestAnsweredBeforeRedirectWait(t *testing.T) {
 	fw := &floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
 	owner := func(key string) (int, int) {
 		slot := redisstore.KeySlot(redisstore.DecisionKeys(s, fw, key)[0])
-		i := 0 // Nodes[i] owns slots i·16384/n to (i+1)·16384/n - 1
-		for (i+1)*16384/len(cl.Nodes) <= slot {
-			i++
-		}
-		return slot, i
+		return slot, firstOwner(cl, slot)
 	}
 	slot, src := owner("moving")
 	other := ""
@@ -351,20 +340,7 @@ func TestAnsweredBeforeRedirectWait(t *testing.T) {
 	if d, err := s.Take(ctx, floodgate.Request{Policy: fw, Key: other, N: 1}); err != nil || d.Remaining != 2 {
 		t.Fatalf("before the migration: %+v, %v", d, err)
 	}
-	a, b := cl.Nodes[src], cl.Nodes[(src+1)%len(cl.Nodes)]
-	for _, cmd := range []struct {
-		srv   *redistest.Server
-		state string
-		peer  *redistest.Server
-	}{{b, "IMPORTING", a}, {a, "MIGRATING", b}} {
-		id, err := cmd.peer.Do(t, "CLUSTER", "MYID")
-		if err == nil {
-			_, err = cmd.srv.Do(t, "CLUSTER", "SETSLOT", strconv.Itoa(slot), cmd.state, id.(string))
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	startMigration(t, cl, slot)
 
 	// "moving" is new: its master answers ASK, and go-redis waits an hour
 	// before following it; the context ends first.
@@ -389,4 +365,40 @@ func TestAnsweredBeforeRedirectWait(t *testing.T) {
 			t.Errorf("peek %s: %+v, %v; want %d remaining", c.key, d, err, c.want)
 		}
 	}
+}
+
+// firstOwner returns the index of the master that StartCluster gave slot:
+// Nodes[i] owns slots i·16384/n to (i+1)·16384/n - 1.
+func firstOwner(cl *redistest.Cluster, slot int) int {
+	i := 0
+	for (i+1)*16384/len(cl.Nodes) <= slot {
+		i++
+	}
+	return i
+}
+
+// startMigration starts moving slot from the master StartCluster gave it
+// (src) to the next one (dst), as redis-cli --cluster reshard does: SETSLOT
+// IMPORTING on dst, then MIGRATING on src. It returns both and dst's ID.
+func startMigration(t *testing.T, cl *redistest.Cluster, slot int) (src, dst *redistest.Server, dstID string) {
+	t.Helper()
+	i := firstOwner(cl, slot)
+	src, dst = cl.Nodes[i], cl.Nodes[(i+1)%len(cl.Nodes)]
+	id := func(s *redistest.Server) string {
+		r, err := s.Do(t, "CLUSTER", "MYID")
+		if err != nil {
+			t.Fatalf("CLUSTER MYID: %v", err)
+		}
+		return r.(string)
+	}
+	srcID, dstID := id(src), id(dst)
+	for _, c := range []struct {
+		on          *redistest.Server
+		state, peer string
+	}{{dst, "IMPORTING", srcID}, {src, "MIGRATING", dstID}} {
+		if _, err := c.on.Do(t, "CLUSTER", "SETSLOT", strconv.Itoa(slot), c.state, c.peer); err != nil {
+			t.Fatalf("CLUSTER SETSLOT %d %s: %v", slot, c.state, err)
+		}
+	}
+	return src, dst, dstID
 }

@@ -348,12 +348,31 @@ func isFunctionNotFound(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "ERR Function not found")
 }
 
-// isTryAgain reports whether err is a Redis Cluster's TRYAGAIN: a call
-// over several keys of a slot being migrated, refused before it ran
-// because its keys are not all on one side (or, on the node importing the
-// slot, not all there yet).
-func isTryAgain(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN")
+// refusals start the replies with which a server refuses a call before
+// running it, for a reason that passes: a Cluster's slot moving (TRYAGAIN;
+// MOVED or ASK once go-redis stopped following redirections, after its
+// MaxRedirects), no master serving the slot (CLUSTERDOWN, during a
+// failover), a server loading its data (LOADING), a replica that lost its
+// master (MASTERDOWN), or a write sent to a replica (READONLY: a master a
+// failover demoted, until the client learns of it; a replica writes
+// nothing a client sends it).
+var refusals = [...]string{"TRYAGAIN ", "MOVED ", "ASK ", "CLUSTERDOWN ", "LOADING ", "MASTERDOWN ", "READONLY "}
+
+// refused reports whether err is a server's refusal of a call before it
+// ran (refusals), which the store may send again without counting it
+// twice.
+func refused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range refusals {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // isUnknownCommand reports whether err is a server's answer to a command

@@ -32,9 +32,10 @@ import (
 // two round trips cannot fail them, and the library is loaded again for
 // the next calls; such a request is decided after the others of the
 // batch (Preload spares the first batches of a store this). So are those
-// a Cluster refused with TRYAGAIN during a slot's migration (a batch over
-// keys not all on one side of it), each on its own (see Take), for up to
-// a second in all for the batch. A request whose outcome is unknown (a
+// a server refused before they ran for a reason that passes (see Take),
+// such as a Cluster's TRYAGAIN during a slot's migration (a batch over
+// keys not all on one side of it), each on its own, for up to a second in
+// all for the batch. A request whose outcome is unknown (a
 // connection error mid-pipeline) gets an error and is never sent twice.
 func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
 	if len(out) < len(reqs) {

@@ -30,7 +30,8 @@ const calendar floodgate.Align = "calendar"
 // of group.lua over every member's keys. On a Cluster, the members' keys
 // must share a slot: a group whose keys do not is refused, before
 // anything is decided, with an error wrapping storekit.ErrCrossSlot. A
-// call refused with TRYAGAIN is sent again until *until (see tryAgain).
+// call a server refuses before it runs is sent again until *until (see
+// tryAgain).
 func (s *Store) takeBudget(ctx context.Context, req *floodgate.Request, until *time.Time) (floodgate.Decision, error) {
 	members := len(req.Group) + 1
 	preps := make([]*prepared, members)

@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
+	"io"
 	"testing"
 	"time"
 
@@ -88,4 +90,47 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decode accepted %v as %v", r, dec)
 		}
 	})
+}
+
+// redisErr is a server's error reply, as go-redis gives it.
+type redisErr string
+
+func (e redisErr) Error() string { return string(e) }
+func (redisErr) RedisError()     {}
+
+// TestRefused: the replies that say a call did not run, for a reason
+// that passes, and only those, are sent again.
+func TestRefused(t *testing.T) {
+	for _, msg := range []string{
+		"TRYAGAIN Multiple keys request during rehashing of slot",
+		"MOVED 3999 127.0.0.1:6381",
+		"ASK 3999 127.0.0.1:6381",
+		"CLUSTERDOWN The cluster is down",
+		"CLUSTERDOWN Hash slot not served",
+		"LOADING Redis is loading the dataset in memory",
+		"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+		"READONLY You can't write against a read only replica.",
+	} {
+		if !refused(redisErr(msg)) {
+			t.Errorf("refused(%q) = false; want true", msg)
+		}
+		if refused(errors.New(msg)) {
+			t.Errorf("refused(%q) = true for an error that is not a server's reply; want false", msg)
+		}
+	}
+	for _, err := range []error{
+		nil,
+		redisErr("ERR Error running script: @user_function: READONLY You can't write against a read only replica."),
+		redisErr("ERR Function not found"), // sent again as EVAL, not here
+		redisErr("NOSCRIPT No matching script."),
+		redisErr("OOM command not allowed when used memory > 'maxmemory'."),
+		redisErr("WRONGTYPE Operation against a key holding the wrong kind of value"),
+		redisErr("ASKING"),
+		context.DeadlineExceeded,
+		io.EOF,
+	} {
+		if refused(err) {
+			t.Errorf("refused(%v) = true; want false", err)
+		}
+	}
 }

@@ -116,12 +116,7 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 	}
 
 	// A tracked new key: refused until the migration ends, which it waits for.
-	refusals := func() int64 {
-		info, _ := do(b, "INFO", "errorstats").(string)
-		_, rest, _ := strings.Cut(info, "errorstat_TRYAGAIN:count=")
-		n, _ := strconv.ParseInt(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 10, 64)
-		return n
-	}
+	refusals := func() int64 { return errorCount(t, b, "TRYAGAIN") }
 	before := refusals()
 	done := make(chan error, 1)
 	go func() {
@@ -136,19 +131,8 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 		}
 	}
 	// Finish the migration: the keys, then the slot's owner everywhere.
-	keys, _ := do(a, "CLUSTER", "GETKEYSINSLOT", ss, "1000").([]any)
-	if len(keys) == 0 {
+	if finishMigration(t, cl, slot, a, b, bid) == 0 {
 		t.Fatal("no key on the migrating master")
-	}
-	migrate := []string{"MIGRATE", "127.0.0.1", strings.TrimPrefix(b.Addr, "127.0.0.1:"), "", "0", "5000", "KEYS"}
-	for _, k := range keys {
-		migrate = append(migrate, k.(string))
-	}
-	do(a, migrate...)
-	do(b, "CLUSTER", "SETSLOT", ss, "NODE", bid)
-	do(a, "CLUSTER", "SETSLOT", ss, "NODE", bid)
-	for _, n := range cl.Nodes {
-		do(n, "CLUSTER", "SETSLOT", ss, "NODE", bid)
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("a tracked new key during the migration: %v", err)
@@ -177,10 +161,10 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 // TestReshardUnderLoad: decisions (single and batched, over one key and
 // over several: tracked, a sliding window) keep flowing while redis-cli --cluster reshard moves the slots of their
 // keys to another master, and each one that succeeds is counted exactly
-// once: a call sent again after TRYAGAIN had not run. None is refused
-// (the store sends refused calls again for a minute here, not a second,
-// so that a slow machine cannot fail the test), and none has an unknown
-// outcome.
+// once: a call sent again after TRYAGAIN (or a MOVED or ASK go-redis
+// stopped following) had not run. None is refused (the store sends
+// refused calls again for a minute here, not a second, so that a slow
+// machine cannot fail the test), and none has an unknown outcome.
 func TestReshardUnderLoad(t *testing.T) {
 	t.Parallel()
 	const moved = 16 // slots moved from Nodes[0], its lowest: 0 to 15
@@ -266,7 +250,7 @@ func TestReshardUnderLoad(t *testing.T) {
 					switch o := out[j]; {
 					case o.Err == nil && o.Decision.Allowed:
 						c.ok.Add(1)
-					case o.Err != nil && strings.Contains(o.Err.Error(), "TRYAGAIN"):
+					case redisstore.Refused(o.Err): // TRYAGAIN, or MOVED/ASK after go-redis's redirections
 						c.refused.Add(1)
 					default:
 						unknown.CompareAndSwap(nil, fmt.Sprintf("%+v, %v", o.Decision, o.Err))
@@ -305,7 +289,7 @@ func TestReshardUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d decisions allowed, %d refused", ok, refused)
 	if refused > 0 {
-		t.Errorf("%d decisions refused with TRYAGAIN during the reshard", refused)
+		t.Errorf("%d decisions refused (TRYAGAIN, MOVED, ASK) during the reshard", refused)
 	}
 }
 
@@ -365,6 +349,181 @@ func TestAnsweredBeforeRedirectWait(t *testing.T) {
 			t.Errorf("peek %s: %+v, %v; want %d remaining", c.key, d, err, c.want)
 		}
 	}
+}
+
+// TestRefusedBeforeRun: a decision a Cluster refuses before running it,
+// for a reason that passes, is sent again until the reason passes (within
+// its context and the store's retry time), and is then decided once: on a
+// slot no master serves (CLUSTERDOWN, as during a failover until a
+// replica takes over), and from a client that stopped following
+// redirections (ASK, then MOVED, after its MaxRedirects) while the slot
+// moves.
+func TestRefusedBeforeRun(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	fw := &floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
+	do := func(srv *redistest.Server, args ...string) any {
+		t.Helper()
+		r, err := srv.Do(t, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		}
+		return r
+	}
+	// refusedThen runs op in a goroutine, waits until srv has refused n
+	// more calls with kind (an error reply counted in INFO errorstats),
+	// then calls pass and returns op's error.
+	refusedThen := func(t *testing.T, srv *redistest.Server, kind string, n int64, op func() error, pass func()) error {
+		t.Helper()
+		before := errorCount(t, srv, kind)
+		done := make(chan error, 1)
+		go func() { done <- op() }()
+		for errorCount(t, srv, kind) < before+n {
+			select {
+			case err := <-done:
+				t.Fatalf("done (%v) before %s refused it %d times with %s", err, srv.Addr, n, kind)
+			case <-time.After(time.Millisecond):
+			}
+		}
+		pass()
+		return <-done
+	}
+	take := func(s *redisstore.Store, key string, d *floodgate.Decision) func() error {
+		return func() (err error) {
+			*d, err = s.Take(ctx, floodgate.Request{Policy: fw, Key: key, N: 1})
+			return err
+		}
+	}
+	// peek checks what would remain after one more decision.
+	peek := func(t *testing.T, s *redisstore.Store, key string, want int64) {
+		t.Helper()
+		d, err := s.Take(ctx, floodgate.Request{Policy: fw, Key: key, N: 1, Peek: true})
+		if err != nil || d.Remaining != want {
+			t.Errorf("peek %s: %+v, %v; want %d remaining", key, d, err, want)
+		}
+	}
+
+	t.Run("CLUSTERDOWN", func(t *testing.T) {
+		s := newStore(t, clusterClient(t, cl), redisstore.WithTryAgainFor(time.Minute))
+		slot := redisstore.KeySlot(redisstore.DecisionKeys(s, fw, "down")[0])
+		owner := cl.Nodes[firstOwner(cl, slot)]
+		if d, err := s.Take(ctx, floodgate.Request{Policy: fw, Key: "down", N: 1}); err != nil || d.Remaining != 2 {
+			t.Fatalf("before: %+v, %v", d, err)
+		}
+		// The slot's master stops serving it (its keys stay): CLUSTERDOWN
+		// until it serves the slot again.
+		ss := strconv.Itoa(slot)
+		do(owner, "CLUSTER", "DELSLOTS", ss)
+		var d floodgate.Decision
+		err := refusedThen(t, owner, "CLUSTERDOWN", 1, take(s, "down", &d), func() { do(owner, "CLUSTER", "ADDSLOTS", ss) })
+		if err != nil || !d.Allowed || d.Remaining != 1 {
+			t.Fatalf("a decision refused with CLUSTERDOWN: %+v, %v; want allowed, 1 remaining", d, err)
+		}
+		peek(t, s, "down", 0) // two decisions counted, not three
+	})
+
+	t.Run("redirections", func(t *testing.T) {
+		// A client that follows no redirection: go-redis returns the
+		// first MOVED or ASK, as it does after MaxRedirects of them.
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, MaxRedirects: -1})
+		t.Cleanup(func() { c.Close() })
+		s := newStore(t, c, redisstore.WithTryAgainFor(time.Minute))
+		slot := redisstore.KeySlot(redisstore.DecisionKeys(s, fw, "redirect-old")[0])
+		fresh := ""
+		for i := 0; fresh == ""; i++ {
+			if k := "redirect-" + strconv.Itoa(i); redisstore.KeySlot(redisstore.DecisionKeys(s, fw, k)[0]) == slot {
+				fresh = k
+			}
+		}
+		if d, err := s.Take(ctx, floodgate.Request{Policy: fw, Key: "redirect-old", N: 1}); err != nil || d.Remaining != 2 {
+			t.Fatalf("before: %+v, %v", d, err)
+		}
+		src, dst, dstID := startMigration(t, cl, slot)
+		// The new key is not on src: ASK, until the slot has moved; then
+		// src answers MOVED until the client reads the slot map again.
+		var d floodgate.Decision
+		err := refusedThen(t, src, "ASK", 1, take(s, fresh, &d), func() { finishMigration(t, cl, slot, src, dst, dstID) })
+		if err != nil || !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("a decision refused with ASK: %+v, %v; want allowed, 2 remaining", d, err)
+		}
+		peek(t, s, fresh, 1) // counted once, on dst
+		peek(t, s, "redirect-old", 1)
+	})
+
+	t.Run("Reset", func(t *testing.T) {
+		// go-redis sends a DEL refused with TRYAGAIN again a few times in
+		// some 50 ms (its MaxRedirects, with a backoff), then gives up.
+		s := newStore(t, clusterClient(t, cl), redisstore.WithTryAgainFor(time.Minute))
+		tr := &floodgate.Policy{Name: "tr", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour, Track: true}
+		const key = "reset"
+		for range 2 {
+			if _, err := s.Take(ctx, floodgate.Request{Policy: tr, Key: key, N: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keys := redisstore.DecisionKeys(s, tr, key) // state, usage
+		slot := redisstore.KeySlot(keys[0])
+		src, dst, dstID := startMigration(t, cl, slot)
+		// The state moves, the usage stays: src refuses a DEL of both
+		// until the usage has moved too.
+		do(src, "MIGRATE", "127.0.0.1", strings.TrimPrefix(dst.Addr, "127.0.0.1:"), keys[0], "0", "5000")
+		// More refusals than go-redis's own attempts at one call (4).
+		err := refusedThen(t, src, "TRYAGAIN", 5, func() error { return s.Reset(ctx, tr, key) }, func() { finishMigration(t, cl, slot, src, dst, dstID) })
+		if err != nil {
+			t.Fatalf("Reset during the migration: %v", err)
+		}
+		for _, k := range keys {
+			if n := do(dst, "EXISTS", k); n != int64(0) {
+				t.Errorf("after Reset, %d of a key of its policy on the slot's new master", n)
+			}
+		}
+		if d, err := s.Take(ctx, floodgate.Request{Policy: tr, Key: key, N: 1, Peek: true}); err != nil || d.Remaining != 2 {
+			t.Errorf("peek after Reset: %+v, %v; want 2 remaining (the limit's, after one more)", d, err)
+		}
+	})
+}
+
+// finishMigration ends the migration of slot from src to dst (dstID) as
+// redis-cli --cluster reshard does: MIGRATE of every key left on src, then
+// SETSLOT … NODE on dst, src and every master. It returns how many keys
+// it moved.
+func finishMigration(t *testing.T, cl *redistest.Cluster, slot int, src, dst *redistest.Server, dstID string) int {
+	t.Helper()
+	do := func(srv *redistest.Server, args ...string) any {
+		r, err := srv.Do(t, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		}
+		return r
+	}
+	ss := strconv.Itoa(slot)
+	keys, _ := do(src, "CLUSTER", "GETKEYSINSLOT", ss, "1000").([]any)
+	if len(keys) > 0 {
+		migrate := []string{"MIGRATE", "127.0.0.1", strings.TrimPrefix(dst.Addr, "127.0.0.1:"), "", "0", "5000", "KEYS"}
+		for _, k := range keys {
+			migrate = append(migrate, k.(string))
+		}
+		do(src, migrate...)
+	}
+	for _, n := range append([]*redistest.Server{dst, src}, cl.Nodes...) {
+		do(n, "CLUSTER", "SETSLOT", ss, "NODE", dstID)
+	}
+	return len(keys)
+}
+
+// errorCount returns how many error replies of kind (TRYAGAIN, ASK…) srv
+// has given, from INFO errorstats.
+func errorCount(t *testing.T, srv *redistest.Server, kind string) int64 {
+	t.Helper()
+	r, err := srv.Do(t, "INFO", "errorstats")
+	if err != nil {
+		t.Fatalf("INFO errorstats: %v", err)
+	}
+	info, _ := r.(string)
+	_, rest, _ := strings.Cut(info, "errorstat_"+kind+":count=")
+	n, _ := strconv.ParseInt(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 10, 64)
+	return n
 }
 
 // firstOwner returns the index of the master that StartCluster gave slot:

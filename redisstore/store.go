@@ -65,7 +65,10 @@
 // A decision that may have run is never sent again: it would count twice.
 // Its command tells go-redis not to retry it (a cluster client would
 // otherwise send it again after a broken connection), and the store does
-// not either. Give New a client built with MaxRetries: -1 as well (go-redis
+// not either. The store sends again only a call that did not run: one
+// whose function or script was missing, and one a server refused before
+// running it, for a reason that passes (a slot moving, a failover; see
+// Take). Give New a client built with MaxRetries: -1 as well (go-redis
 // retries other commands on network errors by default), and with
 // ContextTimeoutEnabled: true, so that a context's deadline bounds a call
 // to a server that stopped answering (without it go-redis waits for its
@@ -123,7 +126,7 @@ type Store struct {
 	// replicaReads: the cluster client sends read-only commands to
 	// replicas, so TakeBatch leaves a batch of peeks alone unjoined.
 	replicaReads bool
-	tryAgainFor  time.Duration // how long a call refused with TRYAGAIN is sent again
+	tryAgainFor  time.Duration // how long a call refused before it ran is sent again
 
 	prepared    *storekit.Cache[*prepared] // by policy, bounded
 	scriptsOnly atomic.Bool                // no functions (Redis < 7.0): EVALSHA
@@ -503,10 +506,12 @@ func (s *Store) newCall(pr *prepared, req *floodgate.Request) *call {
 // Take decides req (see floodgate.Store) with one function call (FCALL,
 // or FCALL_RO for a peek), or one script call on a server without
 // functions. A call that did not run is sent again: as EVAL when its
-// function or script is missing, and, when a Cluster refuses it with
-// TRYAGAIN while its slot moves, at once, then after 1, 2, 4… ms (at most
-// 100 ms apart) for up to a second. The context's deadline bounds the
-// call and those waits; an error wraps
+// function or script is missing, and, when a server refuses it for a
+// reason that passes (a Cluster's TRYAGAIN while its slot moves, MOVED or
+// ASK after go-redis's MaxRedirects, CLUSTERDOWN, LOADING, MASTERDOWN,
+// READONLY), at once, then after 1, 2, 4… ms (at most 100 ms apart) for
+// up to a second. The context's deadline bounds the call and those
+// waits; an error wraps
 // floodgate.ErrUnavailable (and the context's error when that is the
 // cause) when Redis cannot be reached, is down, or replies oddly.
 func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
@@ -554,9 +559,9 @@ func noFunctions(err error) bool {
 
 // again sends again the calls that did not run, so that none fails for a
 // reason that says it can be sent again safely: those whose function or
-// script was missing (resend), then those a cluster refused during a slot
-// migration (tryAgain, until *until). The others keep their reply or
-// error.
+// script was missing (resend), then those a server refused before they
+// ran, for a reason that passes (tryAgain, until *until). The others keep
+// their reply or error.
 func (s *Store) again(ctx context.Context, calls []*call, until *time.Time) {
 	s.resendMissing(ctx, calls)
 	s.tryAgain(ctx, calls, until)
@@ -576,54 +581,75 @@ func (s *Store) resendMissing(ctx context.Context, calls []*call) {
 	}
 }
 
-// tryAgainFor is how long a Store sends again the calls a cluster refuses
-// with TRYAGAIN (its tryAgainFor, which tests may lengthen): a slot stuck
-// in migration (a reshard that stopped half way) must not hold a caller
-// without a deadline for ever.
+// tryAgainFor is how long a Store sends again the calls a server refuses
+// before they run (its tryAgainFor, which tests may lengthen): a slot stuck
+// in migration (a reshard that stopped half way), or a Cluster left without
+// a master for a slot, must not hold a caller without a deadline for ever.
 const tryAgainFor = time.Second
 
-// tryAgain sends again, each as a call of its own, the calls a cluster
-// refused with TRYAGAIN, which did not run. While a slot moves, its
-// masters refuse a call over several of its keys unless one of them
-// holds them all: a batch of decisions on several keys, or a decision
-// over several keys (a sliding window or log, a group, a tracked policy's
-// state and usage) whose keys are some on each side, which is refused
-// until the rest are moved, or are new, which is refused until the
-// migration of the whole slot ends. Alone, most of a batch's decisions go
-// through (a call over one key follows the ASK to the importing master).
-// So the calls are sent again at once, then after 1 ms, 2 ms, 4 ms… (at
-// most 100 ms apart) while some are refused, until ctx ends or *until
-// passes; a call refused then keeps its TRYAGAIN. A zero *until is set to
-// s.tryAgainFor after now; the calls of one TakeBatch share one. A call
-// sent again may find that the master now serving its slot lacks the
-// library (a new node), and is resent as EVAL.
+// tryAgain sends again, each as a call of its own, the calls a server
+// refused before they ran, for a reason that passes (refused). Most come
+// from a Cluster. While a slot moves, its masters refuse a call over
+// several of its keys (TRYAGAIN) unless one of them holds them all: a
+// batch of decisions on several keys, or a decision over several keys (a
+// sliding window or log, a group, a tracked policy's state and usage)
+// whose keys are some on each side, which is refused until the rest are
+// moved, or are new, which is refused until the migration of the whole
+// slot ends. Alone, most of a batch's decisions go through (a call over
+// one key follows the ASK to the importing master). A call go-redis
+// stopped redirecting (MOVED or ASK after its MaxRedirects, while slots
+// move fast) goes through once its slot map is read again; one refused
+// for want of a master (CLUSTERDOWN, READONLY, during a failover) once a
+// replica takes over. So the calls are sent again at once, then after
+// 1 ms, 2 ms, 4 ms… (at most 100 ms apart) while some are refused, until
+// ctx ends or *until passes; a call refused then keeps its refusal. A
+// zero *until is set to s.tryAgainFor after now; the calls of one
+// TakeBatch share one. A call sent again may find that the master now
+// serving its slot lacks the library (a new node), and is resent as
+// EVAL.
 func (s *Store) tryAgain(ctx context.Context, calls []*call, until *time.Time) {
-	var wait time.Duration
-	for {
-		var refused []*call
-		for _, c := range calls {
-			if isTryAgain(c.err) {
-				refused = append(refused, c)
-			}
+	waiting := refusedCalls(calls)
+	if len(waiting) == 0 {
+		return
+	}
+	s.whileRefused(ctx, until, func() bool {
+		if len(waiting) == 1 {
+			waiting[0].reply, waiting[0].err = s.b.run(ctx, waiting[0])
+		} else {
+			s.b.runBatch(ctx, waiting)
 		}
-		if len(refused) == 0 {
+		s.resendMissing(ctx, waiting)
+		waiting = refusedCalls(waiting)
+		return len(waiting) > 0
+	})
+}
+
+// refusedCalls returns those of calls a server refused (refused).
+func refusedCalls(calls []*call) []*call {
+	var out []*call
+	for _, c := range calls {
+		if refused(c.err) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// whileRefused calls send, which reports whether a server refused what it
+// sent before running it (refused), at once and then after 1 ms, 2 ms,
+// 4 ms… (at most 100 ms apart) while it does, until ctx ends or *until
+// passes. A zero *until is set to s.tryAgainFor after now.
+func (s *Store) whileRefused(ctx context.Context, until *time.Time, send func() bool) {
+	if until.IsZero() {
+		*until = time.Now().Add(s.tryAgainFor)
+	}
+	for wait := time.Duration(0); ; wait = min(max(2*wait, time.Millisecond), 100*time.Millisecond) {
+		if wait > 0 && (time.Now().Add(wait).After(*until) || !sleep(ctx, wait)) {
 			return
 		}
-		if until.IsZero() {
-			*until = time.Now().Add(s.tryAgainFor)
+		if !send() {
+			return
 		}
-		if wait > 0 {
-			if time.Now().Add(wait).After(*until) || !sleep(ctx, wait) {
-				return
-			}
-		}
-		wait = min(max(2*wait, time.Millisecond), 100*time.Millisecond)
-		if len(refused) == 1 {
-			refused[0].reply, refused[0].err = s.b.run(ctx, refused[0])
-		} else {
-			s.b.runBatch(ctx, refused)
-		}
-		s.resendMissing(ctx, refused)
 	}
 }
 
@@ -669,6 +695,8 @@ func (s *Store) resend(ctx context.Context, calls []*call) {
 }
 
 // Reset deletes every key of key under policy p: its state and its usage.
+// A DEL a server refuses before running it (a Cluster's slot moving, a
+// failover: see Take) is sent again, within ctx, for up to a second.
 func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) error {
 	if s.closed.Load() {
 		return floodgate.ErrClosed
@@ -683,7 +711,15 @@ func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) erro
 	if err != nil {
 		return err
 	}
-	if err := s.b.del(ctx, s.keys(p, pr, key, true)...); err != nil {
+	keys := s.keys(p, pr, key, true)
+	err = s.b.del(ctx, keys...)
+	if refused(err) { // DEL did not run: a slot moving, a failover
+		s.whileRefused(ctx, new(time.Time), func() bool {
+			err = s.b.del(ctx, keys...)
+			return refused(err)
+		})
+	}
+	if err != nil {
 		return classify(ctx, err)
 	}
 	return nil

@@ -76,14 +76,6 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 
 	// Start the migration from the slot's master to the next.
 	a, b, bid := startMigration(t, cl, slot)
-	do := func(srv *redistest.Server, args ...string) any {
-		t.Helper()
-		r, err := srv.Do(t, args...)
-		if err != nil {
-			t.Fatalf("%s: %v", strings.Join(args, " "), err)
-		}
-		return r
-	}
 	ss := strconv.Itoa(slot)
 
 	// A batch of the old key and a new one: one FCALL over keys on both
@@ -116,7 +108,7 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 	}
 
 	// A tracked new key: refused until the migration ends, which it waits for.
-	refusals := func() int64 { return errorCount(t, b, "TRYAGAIN") }
+	refusals := func() int64 { return b.Errors(t, "TRYAGAIN") }
 	before := refusals()
 	done := make(chan error, 1)
 	go func() {
@@ -153,7 +145,7 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 			t.Errorf("%s %s after the migration: allowed %v, %d remaining; want %d remaining (-1: denied)", c.p.Name, c.key, d.Allowed, d.Remaining, c.want)
 		}
 	}
-	if n := len(do(a, "CLUSTER", "GETKEYSINSLOT", ss, "1000").([]any)); n != 0 {
+	if n := len(a.Must(t, "CLUSTER", "GETKEYSINSLOT", ss, "1000").([]any)); n != 0 {
 		t.Errorf("%d keys of the slot left on the old master", n)
 	}
 }
@@ -363,23 +355,15 @@ func TestRefusedBeforeRun(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	ctx := context.Background()
 	fw := &floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
-	do := func(srv *redistest.Server, args ...string) any {
-		t.Helper()
-		r, err := srv.Do(t, args...)
-		if err != nil {
-			t.Fatalf("%s: %v", strings.Join(args, " "), err)
-		}
-		return r
-	}
 	// refusedThen runs op in a goroutine, waits until srv has refused n
 	// more calls with kind (an error reply counted in INFO errorstats),
 	// then calls pass and returns op's error.
 	refusedThen := func(t *testing.T, srv *redistest.Server, kind string, n int64, op func() error, pass func()) error {
 		t.Helper()
-		before := errorCount(t, srv, kind)
+		before := srv.Errors(t, kind)
 		done := make(chan error, 1)
 		go func() { done <- op() }()
-		for errorCount(t, srv, kind) < before+n {
+		for srv.Errors(t, kind) < before+n {
 			select {
 			case err := <-done:
 				t.Fatalf("done (%v) before %s refused it %d times with %s", err, srv.Addr, n, kind)
@@ -414,9 +398,9 @@ func TestRefusedBeforeRun(t *testing.T) {
 		// The slot's master stops serving it (its keys stay): CLUSTERDOWN
 		// until it serves the slot again.
 		ss := strconv.Itoa(slot)
-		do(owner, "CLUSTER", "DELSLOTS", ss)
+		owner.Must(t, "CLUSTER", "DELSLOTS", ss)
 		var d floodgate.Decision
-		err := refusedThen(t, owner, "CLUSTERDOWN", 1, take(s, "down", &d), func() { do(owner, "CLUSTER", "ADDSLOTS", ss) })
+		err := refusedThen(t, owner, "CLUSTERDOWN", 1, take(s, "down", &d), func() { owner.Must(t, "CLUSTER", "ADDSLOTS", ss) })
 		if err != nil || !d.Allowed || d.Remaining != 1 {
 			t.Fatalf("a decision refused with CLUSTERDOWN: %+v, %v; want allowed, 1 remaining", d, err)
 		}
@@ -467,14 +451,14 @@ func TestRefusedBeforeRun(t *testing.T) {
 		src, dst, dstID := startMigration(t, cl, slot)
 		// The state moves, the usage stays: src refuses a DEL of both
 		// until the usage has moved too.
-		do(src, "MIGRATE", "127.0.0.1", strings.TrimPrefix(dst.Addr, "127.0.0.1:"), keys[0], "0", "5000")
+		src.Must(t, "MIGRATE", "127.0.0.1", strings.TrimPrefix(dst.Addr, "127.0.0.1:"), keys[0], "0", "5000")
 		// More refusals than go-redis's own attempts at one call (4).
 		err := refusedThen(t, src, "TRYAGAIN", 5, func() error { return s.Reset(ctx, tr, key) }, func() { finishMigration(t, cl, slot, src, dst, dstID) })
 		if err != nil {
 			t.Fatalf("Reset during the migration: %v", err)
 		}
 		for _, k := range keys {
-			if n := do(dst, "EXISTS", k); n != int64(0) {
+			if n := dst.Must(t, "EXISTS", k); n != int64(0) {
 				t.Errorf("after Reset, %d of a key of its policy on the slot's new master", n)
 			}
 		}
@@ -490,40 +474,19 @@ func TestRefusedBeforeRun(t *testing.T) {
 // it moved.
 func finishMigration(t *testing.T, cl *redistest.Cluster, slot int, src, dst *redistest.Server, dstID string) int {
 	t.Helper()
-	do := func(srv *redistest.Server, args ...string) any {
-		r, err := srv.Do(t, args...)
-		if err != nil {
-			t.Fatalf("%s: %v", strings.Join(args, " "), err)
-		}
-		return r
-	}
 	ss := strconv.Itoa(slot)
-	keys, _ := do(src, "CLUSTER", "GETKEYSINSLOT", ss, "1000").([]any)
+	keys, _ := src.Must(t, "CLUSTER", "GETKEYSINSLOT", ss, "1000").([]any)
 	if len(keys) > 0 {
 		migrate := []string{"MIGRATE", "127.0.0.1", strings.TrimPrefix(dst.Addr, "127.0.0.1:"), "", "0", "5000", "KEYS"}
 		for _, k := range keys {
 			migrate = append(migrate, k.(string))
 		}
-		do(src, migrate...)
+		src.Must(t, migrate...)
 	}
 	for _, n := range append([]*redistest.Server{dst, src}, cl.Nodes...) {
-		do(n, "CLUSTER", "SETSLOT", ss, "NODE", dstID)
+		n.Must(t, "CLUSTER", "SETSLOT", ss, "NODE", dstID)
 	}
 	return len(keys)
-}
-
-// errorCount returns how many error replies of kind (TRYAGAIN, ASK…) srv
-// has given, from INFO errorstats.
-func errorCount(t *testing.T, srv *redistest.Server, kind string) int64 {
-	t.Helper()
-	r, err := srv.Do(t, "INFO", "errorstats")
-	if err != nil {
-		t.Fatalf("INFO errorstats: %v", err)
-	}
-	info, _ := r.(string)
-	_, rest, _ := strings.Cut(info, "errorstat_"+kind+":count=")
-	n, _ := strconv.ParseInt(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 10, 64)
-	return n
 }
 
 // firstOwner returns the index of the master that StartCluster gave slot:

@@ -439,25 +439,52 @@ func (s *Server) Do(t testing.TB, args ...string) (reply any, err error) {
 	return do(s.Addr, s.User, s.Password, args...)
 }
 
+// Must is Do for a command that must succeed: it fails t (from the
+// goroutine running the test) on an error reply or a network failure.
+func (s *Server) Must(t testing.TB, args ...string) any {
+	t.Helper()
+	reply, err := s.Do(t, args...)
+	if err != nil {
+		t.Fatalf("redistest: %s on %s: %v", strings.Join(args, " "), s.Addr, err)
+	}
+	return reply
+}
+
 // Calls returns how many times the server ran cmd (lower case, as INFO
 // commandstats names it: "fcall", "time"), since it started or its last
 // CONFIG RESETSTAT; 0 for a command it never ran. It fails t when the
 // server does not answer.
 func (s *Server) Calls(t testing.TB, cmd string) int64 {
 	t.Helper()
-	info, err := s.Do(t, "INFO", "commandstats")
+	return s.infoCount(t, "commandstats", "cmdstat_"+cmd+":calls=")
+}
+
+// Errors returns how many error replies of kind (their first word, as
+// INFO errorstats names it: "TRYAGAIN", "ASK") the server has given since
+// it started or its last CONFIG RESETSTAT; 0 for a kind it never gave. It
+// fails t when the server does not answer.
+func (s *Server) Errors(t testing.TB, kind string) int64 {
+	t.Helper()
+	return s.infoCount(t, "errorstats", "errorstat_"+kind+":count=")
+}
+
+// infoCount returns the integer that follows field in INFO section (up to
+// a comma or the line's end), 0 when field is missing.
+func (s *Server) infoCount(t testing.TB, section, field string) int64 {
+	t.Helper()
+	info, err := s.Do(t, "INFO", section)
 	if err != nil {
-		t.Fatalf("redistest: INFO commandstats: %v", err)
+		t.Fatalf("redistest: INFO %s: %v", section, err)
 	}
 	text, _ := info.(string)
-	_, rest, found := strings.Cut(text, "cmdstat_"+cmd+":calls=")
+	_, rest, found := strings.Cut(text, field)
 	if !found {
 		return 0
 	}
-	v, _, _ := strings.Cut(rest, ",")
-	n, err := strconv.ParseInt(v, 10, 64)
+	v, _, _ := strings.Cut(strings.SplitN(rest, "\n", 2)[0], ",")
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil {
-		t.Fatalf("redistest: INFO commandstats: calls of %s: %q", cmd, v)
+		t.Fatalf("redistest: INFO %s: %s%q", section, field, v)
 	}
 	return n
 }

@@ -405,6 +405,28 @@ func TestRefusedBeforeRun(t *testing.T) {
 			t.Fatalf("a decision refused with CLUSTERDOWN: %+v, %v; want allowed, 1 remaining", d, err)
 		}
 		peek(t, s, "down", 0) // two decisions counted, not three
+
+		// A batch over two keys of the slot: one FCALL of the batch
+		// function, refused whole, then each decision on its own.
+		other := ""
+		for i := 0; other == ""; i++ {
+			if k := "down-" + strconv.Itoa(i); redisstore.KeySlot(redisstore.DecisionKeys(s, fw, k)[0]) == slot {
+				other = k
+			}
+		}
+		owner.Must(t, "CLUSTER", "DELSLOTS", ss)
+		reqs := []floodgate.Request{{Policy: fw, Key: "down", N: 1}, {Policy: fw, Key: other, N: 1}}
+		out := make([]storekit.Outcome, len(reqs))
+		err = refusedThen(t, owner, "CLUSTERDOWN", 1, func() error {
+			s.TakeBatch(ctx, reqs, out)
+			return errors.Join(out[0].Err, out[1].Err)
+		}, func() { owner.Must(t, "CLUSTER", "ADDSLOTS", ss) })
+		for i, want := range []int64{0, 2} {
+			if o := out[i]; o.Err != nil || !o.Decision.Allowed || o.Decision.Remaining != want {
+				t.Errorf("batch refused with CLUSTERDOWN, decision %d: %+v, %v; want allowed, %d remaining", i, o.Decision, o.Err, want)
+			}
+		}
+		peek(t, s, other, 1) // counted once
 	})
 
 	t.Run("redirections", func(t *testing.T) {

@@ -218,7 +218,12 @@ func TestClusterFailover(t *testing.T) {
 	// while a master is down (with Redis's default, every master answers
 	// CLUSTERDOWN from the moment the failed one is marked FAIL until its
 	// replica takes over: docs/operations.md, "When the store fails").
-	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1), redistest.WithNodeConfig("cluster-require-full-coverage no"))
+	// FAILOVER_FULL_COVERAGE=yes measures Redis's default instead.
+	coverage := "no"
+	if os.Getenv("FAILOVER_FULL_COVERAGE") == "yes" {
+		coverage = "yes"
+	}
+	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1), redistest.WithNodeConfig("cluster-require-full-coverage "+coverage))
 	l := newFailoverLoad(t, "store:\n  type: redis-cluster\n  addrs: ["+strings.Join(cl.Addrs, ", ")+"]\n")
 
 	owner := func(key string) int {

@@ -349,19 +349,26 @@ func isFunctionNotFound(err error) bool {
 }
 
 // refusals start the replies with which a server refuses a call before
-// running it, for a reason that passes: a Cluster's slot moving (TRYAGAIN;
-// MOVED or ASK once go-redis stopped following redirections, after its
-// MaxRedirects), no master serving the slot (CLUSTERDOWN, during a
-// failover), a server loading its data (LOADING), a replica that lost its
-// master (MASTERDOWN), or a write sent to a replica (READONLY: a master a
-// failover demoted, until the client learns of it; a replica writes
-// nothing a client sends it).
-var refusals = [...]string{"TRYAGAIN ", "MOVED ", "ASK ", "CLUSTERDOWN ", "LOADING ", "MASTERDOWN ", "READONLY "}
+// running it, for a reason that passes: a Cluster's slot moving (TRYAGAIN),
+// no master serving the slot (CLUSTERDOWN, during a failover), a server
+// loading its data (LOADING), a replica that lost its master (MASTERDOWN),
+// or a write sent to a replica (READONLY: a master a failover demoted,
+// until the client learns of it — go-redis then dials again, which a
+// Sentinel client sends to the new master; a replica writes nothing a
+// client sends it).
+var refusals = [...]string{"TRYAGAIN ", "CLUSTERDOWN ", "LOADING ", "MASTERDOWN ", "READONLY "}
+
+// redirections are the refusals that pass only for a Cluster client:
+// MOVED or ASK once go-redis stopped following them (after its
+// MaxRedirects), which it follows again once it has read the slot map. To
+// a plain client they say it was pointed at a Cluster node
+// (Misconfigured), which no retry mends.
+var redirections = [...]string{"MOVED ", "ASK "}
 
 // refused reports whether err is a server's refusal of a call before it
-// ran (refusals), which the store may send again without counting it
-// twice.
-func refused(err error) bool {
+// ran, for a reason that passes (refusals; redirections too for a cluster
+// client), which the store may send again without counting it twice.
+func refused(err error, cluster bool) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
@@ -370,6 +377,13 @@ func refused(err error) bool {
 	for _, p := range refusals {
 		if strings.HasPrefix(msg, p) {
 			return true
+		}
+	}
+	if cluster {
+		for _, p := range redirections {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
 		}
 	}
 	return false

@@ -99,23 +99,31 @@ func (e redisErr) Error() string { return string(e) }
 func (redisErr) RedisError()     {}
 
 // TestRefused: the replies that say a call did not run, for a reason
-// that passes, and only those, are sent again.
+// that passes, and only those, are sent again; MOVED and ASK only by a
+// store on a Cluster client (to a plain client they mean a
+// misconfiguration).
 func TestRefused(t *testing.T) {
-	for _, msg := range []string{
-		"TRYAGAIN Multiple keys request during rehashing of slot",
-		"MOVED 3999 127.0.0.1:6381",
-		"ASK 3999 127.0.0.1:6381",
-		"CLUSTERDOWN The cluster is down",
-		"CLUSTERDOWN Hash slot not served",
-		"LOADING Redis is loading the dataset in memory",
-		"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
-		"READONLY You can't write against a read only replica.",
+	for _, c := range []struct {
+		msg     string
+		cluster bool // only on a cluster client
+	}{
+		{"TRYAGAIN Multiple keys request during rehashing of slot", false},
+		{"MOVED 3999 127.0.0.1:6381", true},
+		{"ASK 3999 127.0.0.1:6381", true},
+		{"CLUSTERDOWN The cluster is down", false},
+		{"CLUSTERDOWN Hash slot not served", false},
+		{"LOADING Redis is loading the dataset in memory", false},
+		{"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.", false},
+		{"READONLY You can't write against a read only replica.", false},
 	} {
-		if !refused(redisErr(msg)) {
-			t.Errorf("refused(%q) = false; want true", msg)
+		if !refused(redisErr(c.msg), true) {
+			t.Errorf("refused(%q, cluster) = false; want true", c.msg)
 		}
-		if refused(errors.New(msg)) {
-			t.Errorf("refused(%q) = true for an error that is not a server's reply; want false", msg)
+		if got := refused(redisErr(c.msg), false); got == c.cluster {
+			t.Errorf("refused(%q, plain client) = %v; want %v", c.msg, got, !c.cluster)
+		}
+		if refused(errors.New(c.msg), true) {
+			t.Errorf("refused(%q) = true for an error that is not a server's reply; want false", c.msg)
 		}
 	}
 	for _, err := range []error{
@@ -129,7 +137,7 @@ func TestRefused(t *testing.T) {
 		context.DeadlineExceeded,
 		io.EOF,
 	} {
-		if refused(err) {
+		if refused(err, true) {
 			t.Errorf("refused(%v) = true; want false", err)
 		}
 	}

@@ -27,8 +27,8 @@ func WithTryAgainFor(d time.Duration) Option {
 }
 
 // Refused reports whether err wraps a server's refusal of a call before
-// it ran, which the store sends again for a while (tryAgain).
-func Refused(err error) bool { return refused(err) }
+// it ran, which a store on a Cluster sends again for a while (tryAgain).
+func Refused(err error) bool { return refused(err, true) }
 
 // LibraryName returns the name of the function library, for checks of
 // what each node holds.

@@ -457,6 +457,26 @@ func TestRefusedBeforeRun(t *testing.T) {
 		peek(t, s, "redirect-old", 1)
 	})
 
+	t.Run("plain client", func(t *testing.T) {
+		// A plain client pointed at a Cluster node: MOVED for the keys of
+		// the other masters is a misconfiguration, not sent again.
+		c := redis.NewClient(&redis.Options{Addr: cl.Nodes[0].Addr, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		s := newStore(t, c, redisstore.WithTryAgainFor(time.Minute))
+		key := ""
+		for i := 0; key == ""; i++ {
+			if k := "plain-" + strconv.Itoa(i); firstOwner(cl, redisstore.KeySlot(redisstore.DecisionKeys(s, fw, k)[0])) != 0 {
+				key = k
+			}
+		}
+		short, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := s.Take(short, floodgate.Request{Policy: fw, Key: key, N: 1})
+		if !redisstore.Misconfigured(err) || !strings.Contains(err.Error(), "MOVED") || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("a plain client's decision on another master's key: %v; want MOVED at once, a misconfiguration", err)
+		}
+	})
+
 	t.Run("Reset", func(t *testing.T) {
 		// go-redis sends a DEL refused with TRYAGAIN again a few times in
 		// some 50 ms (its MaxRedirects, with a backoff), then gives up.

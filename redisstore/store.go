@@ -508,8 +508,8 @@ func (s *Store) newCall(pr *prepared, req *floodgate.Request) *call {
 // functions. A call that did not run is sent again: as EVAL when its
 // function or script is missing, and, when a server refuses it for a
 // reason that passes (a Cluster's TRYAGAIN while its slot moves, MOVED or
-// ASK after go-redis's MaxRedirects, CLUSTERDOWN, LOADING, MASTERDOWN,
-// READONLY), at once, then after 1, 2, 4… ms (at most 100 ms apart) for
+// ASK after a Cluster client's MaxRedirects, CLUSTERDOWN, LOADING,
+// MASTERDOWN, READONLY), at once, then after 1, 2, 4… ms (at most 100 ms apart) for
 // up to a second. The context's deadline bounds the call and those
 // waits; an error wraps
 // floodgate.ErrUnavailable (and the context's error when that is the
@@ -608,7 +608,8 @@ const tryAgainFor = time.Second
 // serving its slot lacks the library (a new node), and is resent as
 // EVAL.
 func (s *Store) tryAgain(ctx context.Context, calls []*call, until *time.Time) {
-	waiting := refusedCalls(calls)
+	cluster := s.cluster != nil
+	waiting := refusedCalls(calls, cluster)
 	if len(waiting) == 0 {
 		return
 	}
@@ -619,16 +620,16 @@ func (s *Store) tryAgain(ctx context.Context, calls []*call, until *time.Time) {
 			s.b.runBatch(ctx, waiting)
 		}
 		s.resendMissing(ctx, waiting)
-		waiting = refusedCalls(waiting)
+		waiting = refusedCalls(waiting, cluster)
 		return len(waiting) > 0
 	})
 }
 
 // refusedCalls returns those of calls a server refused (refused).
-func refusedCalls(calls []*call) []*call {
+func refusedCalls(calls []*call, cluster bool) []*call {
 	var out []*call
 	for _, c := range calls {
-		if refused(c.err) {
+		if refused(c.err, cluster) {
 			out = append(out, c)
 		}
 	}
@@ -713,10 +714,10 @@ func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) erro
 	}
 	keys := s.keys(p, pr, key, true)
 	err = s.b.del(ctx, keys...)
-	if refused(err) { // DEL did not run: a slot moving, a failover
+	if refused(err, s.cluster != nil) { // DEL did not run: a slot moving, a failover
 		s.whileRefused(ctx, new(time.Time), func() bool {
 			err = s.b.del(ctx, keys...)
-			return refused(err)
+			return refused(err, s.cluster != nil)
 		})
 	}
 	if err != nil {

@@ -149,6 +149,31 @@ func BenchmarkTake(b *testing.B) {
 	})
 }
 
+// BenchmarkNode: what naming a key's master costs on a Cluster (Node, which
+// the failure policy and the service's bound call for every decision).
+//
+//	go test -run '^$' -bench BenchmarkNode -count 6 ./redisstore
+func BenchmarkNode(b *testing.B) {
+	cl := redistest.StartCluster(b, 3)
+	s := newStore(b, clusterClient(b, cl))
+	ctx := context.Background()
+	p := mustPolicy(b, "api", "gcra 1000000/1s burst 1000000000 track")
+	if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "warm", N: 1}); err != nil {
+		b.Fatal(err) // the slot map loaded
+	}
+	keys := make([]string, 1000)
+	for i := range keys {
+		keys[i] = "user" + strconv.Itoa(i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if s.Node(ctx, &p, keys[i%len(keys)]) == "" {
+			b.Fatal("no node")
+		}
+	}
+}
+
 // benchDecisions starts a server for a benchmark of decisions and returns
 // a store on it (its library loaded), a gcra policy that allows every
 // decision, and 1,000 keys; it reports the server's command time per

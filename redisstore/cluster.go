@@ -55,11 +55,11 @@ func (s *Store) Node(ctx context.Context, p *floodgate.Policy, key string) strin
 	if s.cluster == nil || p == nil {
 		return ""
 	}
-	pr, err := s.prepare(p)
-	if err != nil {
+	if _, err := s.prepare(p); err != nil {
 		return ""
 	}
-	c, err := s.cluster.MasterForKey(ctx, s.keys(p, pr, key, false)[0])
+	// The keys' common head holds their hash tag: its slot is theirs.
+	c, err := s.cluster.MasterForKey(ctx, s.keyHead(p.Name, p.HashTag, key))
 	if err != nil {
 		return ""
 	}

@@ -207,6 +207,17 @@ func TestNode(t *testing.T) {
 	if len(seen) != 3 {
 		t.Errorf("60 keys named %d masters", len(seen))
 	}
+	// With hash_tag, a key's leading {tag} alone chooses the slot: Node
+	// names the master of the decision's keys.
+	tagged := floodgate.Policy{Name: "tagged", Algorithm: floodgate.SlidingWindow, HashTag: true,
+		Limits: []floodgate.Limit{{Max: 10, Window: time.Minute, Resolution: time.Second}}, Track: true}
+	for i := range 20 {
+		key := fmt.Sprintf("{t%d}rest", i)
+		slot := redisstore.KeySlot(redisstore.DecisionKeys(s, &tagged, key)[0])
+		if got, want := s.Node(ctx, &tagged, key), cl.Addrs[firstOwner(cl, slot)]; got != want {
+			t.Errorf("hash_tag key %q (slot %d): Node %q, want %q", key, slot, got, want)
+		}
+	}
 	standalone := newStore(t, client(t, redistest.StartServer(t)))
 	if got := standalone.Node(ctx, &p, "k"); got != "" {
 		t.Errorf("standalone Node = %q, want \"\"", got)

@@ -107,26 +107,18 @@ func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ..
 		t.Fatalf("a tracked new key during the migration, sent again for 30 ms: %v; want ErrUnavailable with TRYAGAIN", err)
 	}
 
-	// A tracked new key: refused until the migration ends, which it waits for.
-	refusals := func() int64 { return b.Errors(t, "TRYAGAIN") }
-	before := refusals()
-	done := make(chan error, 1)
-	go func() {
+	// A tracked new key: refused by the importing master until the
+	// migration ends (the keys, then the slot's owner everywhere), which it
+	// waits for.
+	moved := 0
+	err = refusedThen(t, b, "TRYAGAIN", 1, func() error {
 		_, err := take(ctx, tr, fresh[2])
-		done <- err
-	}()
-	for refusals() == before {
-		select {
-		case err := <-done:
-			t.Fatalf("a tracked new key was decided (%v) before the importing master refused it", err)
-		case <-time.After(time.Millisecond):
-		}
-	}
-	// Finish the migration: the keys, then the slot's owner everywhere.
-	if finishMigration(t, cl, slot, a, b, bid) == 0 {
+		return err
+	}, func() { moved = finishMigration(t, cl, slot, a, b, bid) })
+	if moved == 0 {
 		t.Fatal("no key on the migrating master")
 	}
-	if err := <-done; err != nil {
+	if err != nil {
 		t.Fatalf("a tracked new key during the migration: %v", err)
 	}
 
@@ -355,24 +347,6 @@ func TestRefusedBeforeRun(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	ctx := context.Background()
 	fw := &floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
-	// refusedThen runs op in a goroutine, waits until srv has refused n
-	// more calls with kind (an error reply counted in INFO errorstats),
-	// then calls pass and returns op's error.
-	refusedThen := func(t *testing.T, srv *redistest.Server, kind string, n int64, op func() error, pass func()) error {
-		t.Helper()
-		before := srv.Errors(t, kind)
-		done := make(chan error, 1)
-		go func() { done <- op() }()
-		for srv.Errors(t, kind) < before+n {
-			select {
-			case err := <-done:
-				t.Fatalf("done (%v) before %s refused it %d times with %s", err, srv.Addr, n, kind)
-			case <-time.After(time.Millisecond):
-			}
-		}
-		pass()
-		return <-done
-	}
 	take := func(s *redisstore.Store, key string, d *floodgate.Decision) func() error {
 		return func() (err error) {
 			*d, err = s.Take(ctx, floodgate.Request{Policy: fw, Key: key, N: 1})
@@ -508,6 +482,25 @@ func TestRefusedBeforeRun(t *testing.T) {
 			t.Errorf("peek after Reset: %+v, %v; want 2 remaining (the limit's, after one more)", d, err)
 		}
 	})
+}
+
+// refusedThen runs op in a goroutine, waits until srv has refused n more
+// calls with kind (an error reply counted in INFO errorstats), then calls
+// pass and returns op's error. It fails t when op returns first.
+func refusedThen(t *testing.T, srv *redistest.Server, kind string, n int64, op func() error, pass func()) error {
+	t.Helper()
+	before := srv.Errors(t, kind)
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	for srv.Errors(t, kind) < before+n {
+		select {
+		case err := <-done:
+			t.Fatalf("done (%v) before %s refused it %d times with %s", err, srv.Addr, n, kind)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	pass()
+	return <-done
 }
 
 // finishMigration ends the migration of slot from src to dst (dstID) as

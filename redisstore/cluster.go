@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -72,7 +71,8 @@ const reloadEvery = 250 * time.Millisecond
 
 // reloadHook reloads a cluster client's slot map when a call fails the way
 // a master that went away makes it fail (a refused or broken connection,
-// a timeout, CLUSTERDOWN, TRYAGAIN), at most once every reloadEvery.
+// a timeout, CLUSTERDOWN, TRYAGAIN, READONLY: see topologyError), at most
+// once every reloadEvery.
 // go-redis reloads the map on MOVED and ASK, and every
 // ClusterStateReloadInterval; without this hook, a master's death sends
 // its slots to the dead address until then, while the replica that took
@@ -131,17 +131,16 @@ func (h reloadHook) failed(err error) bool {
 
 // topologyError reports whether err may come from a slot map that no
 // longer matches the cluster: a failure to reach or hear from a node, or
-// the cluster saying it is reconfiguring. A server's answer to the command
-// (a script error, WRONGPASS) does not.
+// the cluster saying it is reconfiguring — the refusals the store sends
+// again (refused; go-redis reloads the map on MOVED and ASK itself). A
+// server's answer to the command (a script error, WRONGPASS) does not.
 func topologyError(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, redis.Nil) {
 		return false
 	}
 	var re redis.Error
 	if errors.As(err, &re) {
-		msg := re.Error()
-		return strings.HasPrefix(msg, "CLUSTERDOWN") || strings.HasPrefix(msg, "TRYAGAIN") ||
-			strings.HasPrefix(msg, "MASTERDOWN") || strings.HasPrefix(msg, "LOADING")
+		return refused(err, false)
 	}
 	return true // net errors, io.EOF, timeouts, a closed pool
 }

@@ -142,3 +142,29 @@ func TestRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTopologyError: which failures make the store read a cluster's slot
+// map again: every refusal the store sends again but MOVED and ASK (which
+// go-redis reloads on itself), and failures to reach a node; not a
+// server's answer to the command, nor a caller that left.
+func TestTopologyError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{redisErr("CLUSTERDOWN The cluster is down"), true},
+		{redisErr("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{redisErr("READONLY You can't write against a read only replica."), true},
+		{redisErr("LOADING Redis is loading the dataset in memory"), true},
+		{redisErr("MOVED 3999 127.0.0.1:6381"), false},
+		{redisErr("WRONGPASS invalid username-password pair"), false},
+		{redisErr("ERR Error running script"), false},
+		{io.EOF, true},
+		{context.DeadlineExceeded, true},
+		{context.Canceled, false},
+	} {
+		if got := topologyError(c.err); got != c.want {
+			t.Errorf("topologyError(%v) = %v; want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -509,7 +509,10 @@ func TestRequestErrors(t *testing.T) {
 
 // exactConfig has one policy of each windowed kind whose quota is all a
 // key gets during a test: windows of an hour or a day, opened by the
-// first request.
+// first request. The store's timeout and the overload queue's wait are
+// long, so that on a slow, shared machine every call reaches the store
+// (the default queue_wait, 500 ms, refused one call in a CI run with two
+// suites at once): these tests count exactness, not speed.
 const exactConfig = `
 policies:
   fw: "fixed_window 50/1h align first"
@@ -517,6 +520,8 @@ policies:
   sw: "sliding_window 30/1h resolution 1m"
 store:
   timeout: 30s
+overload:
+  queue_wait: 30s
 `
 
 var exactQuota = map[string]int64{"fw": 50, "gc": 40, "sw": 30}

@@ -73,6 +73,19 @@ type Harness struct {
 	// budget properties) are skipped, which each logs. Without it those
 	// checks fail on such a store.
 	NoBudgets bool
+
+	// Counters, when set, reports the policies the store keeps as counters
+	// (SPEC.md, "Counters": a Redis store's native fixed windows), which
+	// take adds, peeks, refunds and resets but no group, reservation,
+	// settle or partial grant: the budget checks leave out the project
+	// vectors and the pairs of policies that would need one, and log how
+	// many. Nil means none.
+	Counters func(p *floodgate.Policy) bool
+}
+
+// counted reports whether the store keeps p as a counter (Counters).
+func (h *Harness) counted(p *floodgate.Policy) bool {
+	return h.Counters != nil && h.Counters(p)
 }
 
 func (h *Harness) open(t *testing.T, clock storekit.Clock) floodgate.Store {

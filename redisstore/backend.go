@@ -78,6 +78,11 @@ const (
 	// eval sends a script's source (EVAL), which also loads it: what a call
 	// that found neither its function nor its script is sent again as.
 	eval
+	// incr adds n to a counter (SPEC.md, "Counters"): INCRBY keys[0] n,
+	// then PEXPIRE keys[0] args[1] (ms), pipelined; its reply is INCRBY's.
+	incr
+	// get reads a counter for a peek (GET keys[0]).
+	get
 )
 
 // call is one decision's command: FCALL name, EVALSHA name or EVAL src.
@@ -91,6 +96,9 @@ type call struct {
 	reply any
 	err   error
 
+	// now and n are a counter's time (µs) and cost (incr, get).
+	now, n int64
+
 	// subs, when set, are the calls this one decides in one FCALL of the
 	// library's batch function (joinBatch): its reply is theirs, in order.
 	subs []*call
@@ -103,8 +111,17 @@ type goRedis struct {
 }
 
 func (g goRedis) run(ctx context.Context, c *call) (any, error) {
+	if c.kind == incr {
+		g.runBatch(ctx, []*call{c}) // INCRBY and PEXPIRE in one round trip
+		return c.reply, c.err
+	}
 	cmd := g.cmd(ctx, c)
 	_ = g.c.Process(ctx, cmd)
+	if c.kind == get {
+		c.reply, c.err = cmd.Result()
+		settleCounter(c)
+		return c.reply, c.err
+	}
 	return cmd.Result()
 }
 
@@ -117,6 +134,10 @@ func (g goRedis) cmd(ctx context.Context, c *call) decisionCmd {
 		return newDecisionCmd(ctx, "fcall_ro", c.name, c.keys, c.args)
 	case evalSha:
 		return newDecisionCmd(ctx, "evalsha", c.name, c.keys, c.args)
+	case incr:
+		return newKeyCmd(ctx, "incrby", c.keys[0], c.n)
+	case get:
+		return newKeyCmd(ctx, "get", c.keys[0])
 	default:
 		return newDecisionCmd(ctx, "eval", c.src, c.keys, c.args)
 	}
@@ -125,13 +146,27 @@ func (g goRedis) cmd(ctx context.Context, c *call) decisionCmd {
 func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 	pipe := g.c.Pipeline()
 	cmds := make([]decisionCmd, len(calls))
+	var expires []*redis.BoolCmd // each counter add's PEXPIRE, by call
 	for i, c := range calls {
 		cmds[i] = g.cmd(ctx, c)
 		_ = pipe.Process(ctx, cmds[i])
+		if c.kind == incr {
+			if expires == nil {
+				expires = make([]*redis.BoolCmd, len(calls))
+			}
+			expires[i] = pipe.PExpire(ctx, c.keys[0], time.Duration(c.args[1].(int64))*time.Millisecond)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
+	var again []*call     // counters added to whose PEXPIRE failed
 	for i, c := range calls {
 		c.reply, c.err = cmds[i].Result()
+		if c.kind == incr || c.kind == get {
+			settleCounter(c)
+			if c.kind == incr && c.err == nil && expires[i].Err() != nil {
+				again = append(again, c)
+			}
+		}
 		if c.reply != nil && (errors.Is(c.err, context.DeadlineExceeded) || errors.Is(c.err, context.Canceled)) {
 			// The reply arrived: the call ran. A cluster client waits
 			// before it follows another call's MOVED or ASK, and when ctx
@@ -139,6 +174,15 @@ func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 			// pipeline that has none, the answered ones included.
 			c.err = nil
 		}
+	}
+	if len(again) > 0 {
+		// The count is right; its TTL is sent once more (PEXPIRE is
+		// idempotent), so that the counter does not outlive its window.
+		pipe := g.c.Pipeline()
+		for _, c := range again {
+			pipe.PExpire(ctx, c.keys[0], time.Duration(c.args[1].(int64))*time.Millisecond)
+		}
+		_, _ = pipe.Exec(ctx)
 	}
 }
 

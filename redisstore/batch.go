@@ -68,7 +68,12 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 			out[i] = storekit.Outcome{Err: err}
 			continue
 		}
-		calls = append(calls, s.newCall(pr, req))
+		c, err := s.newCall(pr, req)
+		if err != nil {
+			out[i] = storekit.Outcome{Err: err}
+			continue
+		}
+		calls = append(calls, c)
 		preps = append(preps, pr)
 		index = append(index, i)
 	}
@@ -86,7 +91,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 			out[i] = storekit.Outcome{Err: classify(ctx, c.err)}
 			continue
 		}
-		d, err := decode(c.reply, preps[j])
+		d, err := decodeCall(c, preps[j], reqs[i].Policy)
 		if d.Allowed {
 			d.Granted = reqs[i].N
 		}

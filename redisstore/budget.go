@@ -33,6 +33,16 @@ const calendar floodgate.Align = "calendar"
 // call a server refuses before it runs is sent again until *until (see
 // tryAgain).
 func (s *Store) takeBudget(ctx context.Context, req *floodgate.Request, until *time.Time) (floodgate.Decision, error) {
+	if err := s.counterRefused(req); err != nil {
+		return floodgate.Decision{}, err
+	}
+	if req.Refund && req.Group == nil && s.counts(req.Policy) {
+		pr, err := s.prepare(req.Policy)
+		if err != nil {
+			return floodgate.Decision{}, err
+		}
+		return s.refundCounter(ctx, pr, req, until)
+	}
 	members := len(req.Group) + 1
 	preps := make([]*prepared, members)
 	var keys []string

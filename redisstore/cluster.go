@@ -41,6 +41,14 @@ func newDecisionCmd(ctx context.Context, name, head string, keys []string, args 
 	return decisionCmd{cmd}
 }
 
+// newKeyCmd builds "name key args...", a native command on one key, never
+// sent twice: a counter's INCRBY or GET (SPEC.md, "Counters").
+func newKeyCmd(ctx context.Context, name, key string, args ...any) decisionCmd {
+	cmd := redis.NewCmd(ctx, append([]any{name, key}, args...)...)
+	cmd.SetFirstKeyPos(1)
+	return decisionCmd{cmd}
+}
+
 // Sharded reports whether the store is on a Redis Cluster, where a
 // group's members must share a slot (storekit.Sharded).
 func (s *Store) Sharded() bool { return s.cluster != nil }

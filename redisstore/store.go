@@ -127,6 +127,7 @@ type Store struct {
 	// replicas, so TakeBatch leaves a batch of peeks alone unjoined.
 	replicaReads bool
 	tryAgainFor  time.Duration // how long a call refused before it ran is sent again
+	counters     bool          // WithCounters
 
 	prepared    *storekit.Cache[*prepared] // by policy, bounded
 	scriptsOnly atomic.Bool                // no functions (Redis < 7.0): EVALSHA
@@ -241,6 +242,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
+	if s.counters && s.clock == nil {
+		return nil, errors.New("redisstore: WithCounters needs WithClock: a counter's window is chosen by the caller's clock")
+	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		s.cluster = cc
 		o := cc.Options()
@@ -257,6 +261,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // found" or NOSCRIPT, which mean the call did not run), so Preload is an
 // optimisation and a readiness check.
 func (s *Store) Preload(ctx context.Context) error {
+	if s.counters {
+		if err := s.b.loadScript(ctx, counterRefund.src); err != nil {
+			return unavailable("loading scripts", err)
+		}
+	}
 	if !s.scriptsOnly.Load() {
 		err := s.b.loadLibrary(ctx, library.src)
 		if err == nil {
@@ -306,6 +315,8 @@ type prepared struct {
 	params  string     // args[1]: the parameters, the same for every call
 	tag     string     // the algorithm's tag: params' first field
 	limits  []int64    // Decision.Limit by binding index
+	counter bool       // kept as counters (WithCounters)
+	window  int64      // a counter's window, µs
 }
 
 // prepare returns what p needs for every call, validating p the first
@@ -336,6 +347,9 @@ func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 		return "0"
 	}
 	pr := &prepared{fns: fns, scripts: scripts[p.Algorithm], track: p.Track}
+	if s.counts(p) {
+		pr.counter, pr.window = true, int64(p.Window/time.Microsecond)
+	}
 	// The common fields (common.lua), then the algorithm's (its file).
 	pr.tag = tags[p.Algorithm]
 	var params []string
@@ -473,7 +487,14 @@ func (s *Store) keys(p *floodgate.Policy, pr *prepared, key string, all bool) []
 // newCall returns the call deciding req: the library's function, or the
 // script on a server without functions; args[2] is the cost and the
 // caller's clock as little-endian doubles (see common.lua).
-func (s *Store) newCall(pr *prepared, req *floodgate.Request) *call {
+func (s *Store) newCall(pr *prepared, req *floodgate.Request) (*call, error) {
+	if pr.counter {
+		now, err := s.counterNow()
+		if err != nil {
+			return nil, err
+		}
+		return s.newCounterCall(pr, req, now), nil
+	}
 	size := 8
 	var now int64
 	if s.clock != nil {
@@ -500,7 +521,7 @@ func (s *Store) newCall(pr *prepared, req *floodgate.Request) *call {
 			c.kind = fcallRO
 		}
 	}
-	return c
+	return c, nil
 }
 
 // Take decides req (see floodgate.Store) with one function call (FCALL,
@@ -528,7 +549,10 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
-	c := s.newCall(pr, &req)
+	c, err := s.newCall(pr, &req)
+	if err != nil {
+		return floodgate.Decision{}, err
+	}
 	c.reply, c.err = s.b.run(ctx, c)
 	if c.err != nil {
 		s.again(ctx, []*call{c}, new(time.Time))
@@ -536,7 +560,7 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	if c.err != nil {
 		return floodgate.Decision{}, classify(ctx, c.err)
 	}
-	d, err := decode(c.reply, pr)
+	d, err := decodeCall(c, pr, req.Policy)
 	if d.Allowed {
 		d.Granted = req.N
 	}
@@ -713,6 +737,15 @@ func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) erro
 		return err
 	}
 	keys := s.keys(p, pr, key, true)
+	if pr.counter {
+		// The counters of now's window and the one before (SPEC.md,
+		// "Counters"), and the state the key had without counters.
+		now, err := s.counterNow()
+		if err != nil {
+			return err
+		}
+		keys = append(keys, s.counterKey(p, key, pr.window, now), s.counterKey(p, key, pr.window, now-pr.window))
+	}
 	err = s.b.del(ctx, keys...)
 	if refused(err, s.cluster != nil) { // DEL did not run: a slot moving, a failover
 		s.whileRefused(ctx, new(time.Time), func() bool {
@@ -731,6 +764,15 @@ func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) erro
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	return nil
+}
+
+// decodeCall reads the reply of c, a decision of p: a counter's
+// (counterDecision) or a function's (decode).
+func decodeCall(c *call, pr *prepared, p *floodgate.Policy) (floodgate.Decision, error) {
+	if c.kind == incr || c.kind == get {
+		return counterDecision(p, c)
+	}
+	return decode(c.reply, pr)
 }
 
 // decode reads a reply (common.lua): one integer, code + 32 × (remaining

@@ -1,0 +1,305 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/internal/redistest"
+	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/redisstore"
+	"github.com/floodgatehq/floodgate/storekit"
+)
+
+// TestConformanceCounters: the conformance suite on a store that keeps
+// the fixed windows that count denied requests as counters (SPEC.md,
+// "Counters"), standalone and on a Cluster.
+func TestConformanceCounters(t *testing.T) {
+	t.Parallel()
+	t.Run("Standalone", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.StartServer(t)
+		h := replayHarness(client(t, srv), dbsize(t, srv), redisstore.WithCounters())
+		h.Counters = counted
+		floodgatetest.Run(t, h)
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t, 3)
+		h := replayHarness(clusterClient(t, cl), dbsize(t, cl.Nodes...), redisstore.WithCounters())
+		h.Counters = counted
+		floodgatetest.Run(t, h)
+	})
+}
+
+// counted reports whether a store WithCounters keeps p as counters:
+// SPEC.md's words, "a fixed_window policy with align: epoch,
+// count_denied: true and no usage tracking".
+func counted(p *floodgate.Policy) bool {
+	return p.Algorithm == floodgate.FixedWindow && (p.Align == "" || p.Align == floodgate.AlignEpoch) &&
+		p.CountDenied != nil && *p.CountDenied && !p.Track
+}
+
+// counterPolicy returns a fixed window the store keeps as counters.
+func counterPolicy(name string, max int64, window time.Duration) floodgate.Policy {
+	return floodgate.Policy{Name: name, Algorithm: floodgate.FixedWindow, Max: max, Window: window, CountDenied: new(true)}
+}
+
+// TestCounters: what SPEC.md's "Counters" says of a store's native
+// counters, on a real server: the key and its TTL, native commands and no
+// function call, the one exception to rule 1, saturation, the operations
+// refused, and the policies left to the functions.
+func TestCounters(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	base := time.UnixMicro(floodgatetest.BaseMicros) // a multiple of every window here
+	clock := floodgatetest.NewManualClock(base)
+	s := newStore(t, c, redisstore.WithClock(clock), redisstore.WithCounters(), redisstore.WithPrefix("ct"))
+	at := func(us int64) { clock.SetMicros(floodgatetest.BaseMicros + us) }
+	take := func(t *testing.T, p *floodgate.Policy, key string, n int64, peek bool) floodgate.Decision {
+		t.Helper()
+		d, err := s.Take(ctx, floodgate.Request{Policy: p, Key: key, N: n, Peek: peek})
+		if err != nil {
+			t.Fatalf("Take(%s, n=%d, peek=%v): %v", key, n, peek, err)
+		}
+		return d
+	}
+
+	t.Run("NeedsClock", func(t *testing.T) {
+		_, err := redisstore.New(c, redisstore.WithCounters())
+		if err == nil || !strings.Contains(err.Error(), "WithClock") {
+			t.Fatalf("New(WithCounters) without a clock: %v, want an error naming WithClock", err)
+		}
+	})
+
+	t.Run("NativeCommands", func(t *testing.T) {
+		p := counterPolicy("native", 5, 10*time.Second)
+		at(3_000_000)
+		fcalls, evals, incrs, gets := srv.Calls(t, "fcall")+srv.Calls(t, "fcall_ro"), srv.Calls(t, "evalsha")+srv.Calls(t, "eval"), srv.Calls(t, "incrby"), srv.Calls(t, "get")
+		take(t, &p, "k{1}", 2, false)
+		take(t, &p, "k{1}", 1, true)
+		out := make([]storekit.Outcome, 3)
+		s.TakeBatch(ctx, []floodgate.Request{{Policy: &p, Key: "k{1}", N: 1}, {Policy: &p, Key: "other", N: 1}, {Policy: &p, Key: "k{1}", N: 1, Peek: true}}, out)
+		for i, o := range out {
+			if o.Err != nil {
+				t.Fatalf("TakeBatch %d: %v", i, o.Err)
+			}
+		}
+		if out[2].Decision.Remaining != 1 {
+			t.Errorf("the batch's peek after 3 of 5: remaining %d, want 1 (it sees the add before it)", out[2].Decision.Remaining)
+		}
+		if d := srv.Calls(t, "fcall") + srv.Calls(t, "fcall_ro") - fcalls; d != 0 {
+			t.Errorf("%d function calls for counters, want 0", d)
+		}
+		if d := srv.Calls(t, "evalsha") + srv.Calls(t, "eval") - evals; d != 0 {
+			t.Errorf("%d script calls for counters, want 0", d)
+		}
+		if d := srv.Calls(t, "incrby") - incrs; d != 3 {
+			t.Errorf("%d INCRBY for 3 adds", d)
+		}
+		if d := srv.Calls(t, "get") - gets; d != 2 {
+			t.Errorf("%d GET for 2 peeks", d)
+		}
+		// The key: the policy, the key escaped in its hash tag, the window's
+		// index; the count; a TTL to the window's end (7 s from now).
+		key := fmt.Sprintf("ct:native:{k%%7B1%%7D}:c%d", (floodgatetest.BaseMicros+3_000_000)/10_000_000)
+		if v := srv.Must(t, "GET", key); v != "3" {
+			t.Errorf("GET %s = %v, want 3", key, v)
+		}
+		if ttl := srv.Must(t, "PTTL", key).(int64); ttl <= 6_000 || ttl > 7_000 {
+			t.Errorf("PTTL %s = %d ms, want the window's end, 7,000 ms from the decision", key, ttl)
+		}
+		// Reset deletes it.
+		if err := s.Reset(ctx, &p, "k{1}"); err != nil {
+			t.Fatal(err)
+		}
+		if n := srv.Must(t, "EXISTS", key).(int64); n != 0 {
+			t.Errorf("after Reset, %s exists", key)
+		}
+	})
+
+	t.Run("NoRule1", func(t *testing.T) {
+		// Within a window, a step stamped earlier counts with its own
+		// reset_after; in an earlier window, in that window's counter.
+		p := counterPolicy("back", 3, 10*time.Second)
+		at(25_000_000)
+		if d := take(t, &p, "k", 2, false); d.Remaining != 1 || d.ResetAfter != 5*time.Second {
+			t.Fatalf("add 2 at 25 s: %+v", d)
+		}
+		at(22_000_000)
+		if d := take(t, &p, "k", 1, false); !d.Allowed || d.Remaining != 0 || d.ResetAfter != 8*time.Second {
+			t.Errorf("add 1 at 22 s, after one at 25 s: %+v, want allowed, remaining 0, reset_after 8 s (rule 1 would say 5 s)", d)
+		}
+		at(15_000_000)
+		if d := take(t, &p, "k", 1, false); !d.Allowed || d.Remaining != 2 || d.ResetAfter != 5*time.Second {
+			t.Errorf("add 1 at 15 s, in the window before: %+v, want allowed, remaining 2, reset_after 5 s (its own window)", d)
+		}
+		at(26_000_000)
+		if d := take(t, &p, "k", 1, true); d.Allowed || d.RetryAfter != 4*time.Second {
+			t.Errorf("peek at 26 s: %+v, want denied for 4 s (3 of 3 counted in this window)", d)
+		}
+	})
+
+	t.Run("Saturation", func(t *testing.T) {
+		p := counterPolicy("sat", 10, 10*time.Second)
+		at(41_000_000)
+		key := fmt.Sprintf("ct:sat:{k}:c%d", (floodgatetest.BaseMicros+41_000_000)/10_000_000)
+		srv.Must(t, "SET", key, "9223372036854775000", "PX", "60000")
+		d := take(t, &p, "k", floodgate.MaxCost, false)
+		if d.Allowed || d.RetryAfter != floodgate.Never {
+			t.Errorf("add of MaxCost past INCRBY's range: %+v, want denied for ever", d)
+		}
+		if d := take(t, &p, "k", 1, false); d.Allowed || d.RetryAfter != 9*time.Second || d.Remaining != 0 {
+			t.Errorf("add 1 on the saturated count: %+v, want denied for 9 s", d)
+		}
+		if v := srv.Must(t, "GET", key); v != "9223372036854775001" {
+			t.Errorf("the count is %v, want the add of 1 only", v)
+		}
+		// A refund takes from 2^53-1, the twin's saturated count.
+		d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: floodgate.MaxCost - 5, Refund: true})
+		if err != nil || !d.Allowed || d.Remaining != 4 {
+			t.Errorf("refund of 2^53-6 from the saturated count: %+v, %v; want 5 left: allowed, remaining 4", d, err)
+		}
+		if v := srv.Must(t, "GET", key); v != "5" {
+			t.Errorf("the count after the refund is %v, want 5", v)
+		}
+	})
+
+	t.Run("Refused", func(t *testing.T) {
+		p := counterPolicy("ref", 3, time.Minute)
+		q := p
+		q.Name, q.CountDenied = "plain", nil // a fixed window the functions keep
+		at(61_000_000)
+		for _, r := range []floodgate.Request{
+			{Policy: &p, Key: "k", N: 1, Reserve: new(floodgate.Reservation)},
+			{Policy: &p, Key: "k", N: 2, AtMost: true},
+			{Policy: &q, Key: "k", N: 1, Group: []floodgate.Request{{Policy: &p, Key: "k"}}},
+		} {
+			_, err := s.Take(ctx, r)
+			if !errors.Is(err, floodgate.ErrInvalidPolicy) || !strings.Contains(err.Error(), "counter") || !strings.Contains(err.Error(), `"ref"`) {
+				t.Errorf("%+v: %v, want ErrInvalidPolicy naming the policy and counters", r, err)
+			}
+		}
+		if d := take(t, &p, "k", 1, true); d.Remaining != 2 {
+			t.Errorf("after the refused requests, a peek: %+v, want nothing counted", d)
+		}
+		if d := take(t, &q, "k", 1, false); !d.Allowed {
+			t.Errorf("the plain fixed window: %+v", d)
+		}
+	})
+
+	t.Run("OthersUseFunctions", func(t *testing.T) {
+		at(70_000_000)
+		incrs, fcalls := srv.Calls(t, "incrby"), srv.Calls(t, "fcall")
+		for i, text := range []string{"fixed_window 5/10s", "fixed_window 5/10s count_denied false", "fixed_window 5/10s align first count_denied true",
+			"fixed_window 5/10s count_denied true track", "gcra 5/10s count_denied true"} {
+			p, err := floodgate.ParsePolicy(fmt.Sprintf("o%d", i), text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			take(t, &p, "k", 1, false)
+		}
+		if d := srv.Calls(t, "incrby") - incrs; d != 0 {
+			t.Errorf("%d INCRBY for policies that are not counters", d)
+		}
+		if d := srv.Calls(t, "fcall") - fcalls; d != 5 {
+			t.Errorf("%d FCALL for 5 policies that are not counters", d)
+		}
+	})
+}
+
+// TestCountersDifferential: a store's counters decide as the memory store
+// does, on random histories in time order of adds, peeks, refunds and
+// resets, one by one and in batches, standalone and on a Cluster.
+func TestCountersDifferential(t *testing.T) {
+	t.Parallel()
+	t.Run("Standalone", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.StartServer(t)
+		countersDifferential(t, client(t, srv), 40)
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t, 3)
+		countersDifferential(t, clusterClient(t, cl), 15)
+	})
+}
+
+func countersDifferential(t *testing.T, c redis.UniversalClient, runs int) {
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, 0xc0))
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	mem, err := memstore.New(memstore.WithClock(clock), memstore.WithSweepInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	red := newStore(t, c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithCounters(), redisstore.WithPrefix(fmt.Sprintf("cd%d", seed%1e6)))
+	ctx := context.Background()
+	windows := []time.Duration{time.Millisecond, 10 * time.Millisecond, time.Second, 10 * time.Second, time.Minute}
+	ops := 0
+	for run := 0; run < runs; run++ {
+		p := counterPolicy(fmt.Sprintf("r%d", run), rng.Int64N(7), windows[rng.IntN(len(windows))])
+		q := p
+		q.Max++ // the twin of a check: the same counter, another max (package rls)
+		now := floodgatetest.BaseMicros + rng.Int64N(1_000_000_000)
+		var history []string
+		for i := 0; i < 150; i++ {
+			now += []int64{0, 0, rng.Int64N(1000), rng.Int64N(3_000_000), rng.Int64N(200_000_000)}[rng.IntN(5)]
+			clock.SetMicros(now)
+			key := floodgatetest.DiffKeys[rng.IntN(5)]
+			pol := []*floodgate.Policy{&p, &q}[rng.IntN(2)]
+			n := []int64{1, 1, 1, 2, 3, 1 + rng.Int64N(12), floodgate.MaxCost}[rng.IntN(7)]
+			var reqs []floodgate.Request
+			switch k := rng.IntN(12); {
+			case k == 0:
+				history = append(history, fmt.Sprintf("at %d reset %q", now, key))
+				for _, s := range []floodgate.Store{mem, red} {
+					if err := s.Reset(ctx, &p, key); err != nil {
+						t.Fatalf("Reset: %v", err)
+					}
+				}
+				continue
+			case k <= 2:
+				reqs = []floodgate.Request{{Policy: pol, Key: key, N: n, Refund: true}}
+			case k <= 4:
+				reqs = []floodgate.Request{{Policy: pol, Key: key, N: n, Peek: true}}
+			case k == 5:
+				for j := 0; j < 2+rng.IntN(6); j++ {
+					reqs = append(reqs, floodgate.Request{Policy: []*floodgate.Policy{&p, &q}[rng.IntN(2)], Key: floodgatetest.DiffKeys[rng.IntN(5)], N: 1 + rng.Int64N(3), Peek: rng.IntN(4) == 0})
+				}
+			default:
+				reqs = []floodgate.Request{{Policy: pol, Key: key, N: n}}
+			}
+			want := make([]storekit.Outcome, len(reqs))
+			for j, r := range reqs {
+				want[j].Decision, want[j].Err = mem.Take(ctx, r)
+				history = append(history, fmt.Sprintf("at %d %q max %d n=%d peek=%v refund=%v", now, r.Key, r.Policy.Max, r.N, r.Peek, r.Refund))
+			}
+			got := make([]storekit.Outcome, len(reqs))
+			if len(reqs) > 1 {
+				red.TakeBatch(ctx, reqs, got)
+			} else {
+				got[0].Decision, got[0].Err = red.Take(ctx, reqs[0])
+			}
+			for j := range reqs {
+				ops++
+				if got[j] != want[j] {
+					t.Fatalf("%s: memory and counters disagree (batch of %d, request %d):\n  memory:   %+v\n  counters: %+v\nhistory:\n  %s",
+						p.String(), len(reqs), j, want[j], got[j], strings.Join(history, "\n  "))
+				}
+			}
+		}
+	}
+	t.Logf("%d random counter policies, %d decisions: memory and counters agree", runs, ops)
+}

@@ -126,7 +126,7 @@ store:
 store:
   type: memory
   tpye: redis
-`, []string{"f.yaml:3: store.tpye: unknown field; allowed here: type, url, addrs, master, username, password, prefix, timeout, max_keys, hash_keys_secret, batching, over_limit_cache, read_from_replicas, clock, tls"}},
+`, []string{"f.yaml:3: store.tpye: unknown field; allowed here: type, url, addrs, master, username, password, prefix, timeout, max_keys, hash_keys_secret, batching, over_limit_cache, read_from_replicas, clock, counters, tls"}},
 		{"unknown fields of failure, admin, limits, listen, envoy", `
 failure:
   modus: open
@@ -356,6 +356,20 @@ store:
   read_from_replicas: true
 `, []string{
 			`f.yaml:3: store.read_from_replicas: applies to type redis-cluster only (a Cluster's replicas), found type "redis"`,
+		}},
+		{"store: counters without the service's clock", `
+store:
+  url: redis://cache:6379
+  counters: true
+`, []string{
+			`f.yaml:3: store.counters: needs store.clock: service (a counter's window is chosen by this process's clock before Redis is asked), found store.clock redis`,
+		}},
+		{"store: counters in memory", `
+store:
+  type: memory
+  counters: true
+`, []string{
+			`f.yaml:3: store.counters: applies to Redis stores only (the memory store's decisions cost no Redis CPU)`,
 		}},
 
 		// Failure, admin, listen.

@@ -652,7 +652,7 @@ func connBounds(b config.RequestBounds) config.RequestBounds {
 func storeChanged(a, b config.Store) bool {
 	return a.Type != b.Type || a.URL != b.URL || !slices.Equal(a.Addrs, b.Addrs) || a.Master != b.Master ||
 		a.Username != b.Username || a.Password != b.Password || a.Prefix != b.Prefix ||
-		a.HashKeysSecret != b.HashKeysSecret || a.MaxKeys != b.MaxKeys || a.TLS != b.TLS || a.Clock != b.Clock
+		a.HashKeysSecret != b.HashKeysSecret || a.MaxKeys != b.MaxKeys || a.TLS != b.TLS || a.Clock != b.Clock || a.Counters != b.Counters
 }
 
 // checkNewStore probes the store settings of a reloaded configuration,

@@ -77,6 +77,9 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 	if s.Clock == "service" {
 		opts = append(opts, redisstore.WithClock(storekit.SystemClock{}))
 	}
+	if s.Counters {
+		opts = append(opts, redisstore.WithCounters())
+	}
 	rs, err := redisstore.New(client, opts...)
 	if err != nil {
 		client.Close()

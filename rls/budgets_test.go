@@ -42,7 +42,12 @@ func over(rpu uint32, u config.Unit, desc rls.Descriptor) rls.Descriptor {
 // TestNegativeHits: a descriptor with is_negative_hits refunds its hits to
 // its counter (never below 0, and never a reset), and is answered OK with
 // what remains, whatever the count; it takes no part in the overall code.
-func TestNegativeHits(t *testing.T) {
+func TestNegativeHits(t *testing.T) { testNegativeHits(t, newService) }
+
+// newEngine returns an engine on files and its store's clock.
+type newEngine func(t testing.TB, files ...string) (*rls.Engine, *floodgatetest.ManualClock)
+
+func testNegativeHits(t *testing.T, newService newEngine) {
 	eng, clock := newService(t, budgetDomain)
 	steps := []struct {
 		note string
@@ -130,7 +135,9 @@ func TestNegativeHitsNeedBudgets(t *testing.T) {
 // each request checked against its own requests_per_unit; an override of
 // another unit, or of entries without a rule of its unit, has counters of
 // its own, shared by every override of that unit and those entries.
-func TestOverrideSharesCounter(t *testing.T) {
+func TestOverrideSharesCounter(t *testing.T) { testOverrideSharesCounter(t, newService) }
+
+func testOverrideSharesCounter(t *testing.T, newService newEngine) {
 	eng, _ := newService(t, budgetDomain)
 	steps := []struct {
 		note string

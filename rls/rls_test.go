@@ -256,7 +256,9 @@ func TestShouldRateLimitErrors(t *testing.T) {
 // TestHitsAddendZero: a descriptor's hits_addend 0 checks without counting
 // (§4.2): remaining is requests_per_unit minus the count, OK at the limit,
 // OVER past it, OK under a limit of 0.
-func TestHitsAddendZero(t *testing.T) {
+func TestHitsAddendZero(t *testing.T) { testHitsAddendZero(t, newService) }
+
+func testHitsAddendZero(t *testing.T, newService newEngine) {
 	svc, clock := newService(t, "domain: h\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: z\n    rate_limit: {unit: minute, requests_per_unit: 0}\n")
 	zero, one, two := uint64(0), uint64(1), uint64(2)
 	check := rls.Descriptor{Entries: d("a", "1").Entries, HitsAddend: &zero}

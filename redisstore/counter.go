@@ -2,8 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -135,32 +133,6 @@ func settleCounter(c *call) {
 	}
 }
 
-// counterRefund is the script of a refund to a counter (SPEC.md,
-// "Counters"): it takes min(n, count) from KEYS[1], a count past 2^53-1
-// taken as 2^53-1 (the Go twin's saturated count), and deletes a counter
-// brought to 0, replying with the count after. It is a script, not a
-// function of the library, so that the library stays the same with and
-// without counters; its first call on a server loads it (EVAL on
-// NOSCRIPT).
-var counterRefund = newCounterScript(`local c = tonumber(redis.call('GET', KEYS[1]) or '0')
-local n = tonumber(ARGV[1])
-if c > 9007199254740991 then c = 9007199254740991 end -- the twin's saturated count
-if c <= n then
-  if c > 0 then redis.call('DEL', KEYS[1]) end
-  return 0
-end
-c = c - n
-redis.call('SET', KEYS[1], string.format('%d', c), 'KEEPTTL')
-return c
-`)
-
-type counterScript struct{ src, sha string }
-
-func newCounterScript(src string) counterScript {
-	h := sha1.Sum([]byte(src))
-	return counterScript{src: src, sha: hex.EncodeToString(h[:])}
-}
-
 // refundCounter gives back req.N units to req's counter in the window of
 // now and returns the decision of a peek of 1 after it, as a refund's is
 // (SPEC.md, "Reserve, settle, refund").
@@ -169,8 +141,12 @@ func (s *Store) refundCounter(ctx context.Context, pr *prepared, req *floodgate.
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
-	c := &call{kind: evalSha, name: counterRefund.sha, src: counterRefund.src,
+	// counter.lua: a function of the library, or its script.
+	c := &call{kind: fcall, name: library.refund, src: counterScript.src,
 		keys: []string{s.counterKey(req.Policy, req.Key, pr.window, now)}, args: []any{req.N}}
+	if s.scriptsOnly.Load() {
+		c.kind, c.name = evalSha, counterScript.sha
+	}
 	c.reply, c.err = s.b.run(ctx, c)
 	if c.err != nil {
 		s.again(ctx, []*call{c}, until)
@@ -220,6 +196,6 @@ func (s *Store) counterRefused(req *floodgate.Request) error {
 }
 
 func counterError(p *floodgate.Policy, what string) error {
-	return fmt.Errorf("%w: redisstore: policy %q is kept as a counter (WithCounters), which takes adds, peeks, refunds and resets, not %s",
+	return fmt.Errorf("%w: redisstore: policy %q is kept as a counter (redisstore.WithCounters; floodgate serve's store.counters), which takes adds, peeks, refunds and resets, not %s",
 		floodgate.ErrInvalidPolicy, p.Name, what)
 }

@@ -21,16 +21,19 @@ import (
 
 // TestConformanceCounters: the conformance suite on a store that keeps
 // the fixed windows that count denied requests as counters (SPEC.md,
-// "Counters"), standalone and on a Cluster.
+// "Counters"), standalone on both paths (the refunds are a function of
+// the library, or a script) and on a Cluster.
 func TestConformanceCounters(t *testing.T) {
 	t.Parallel()
-	t.Run("Standalone", func(t *testing.T) {
-		t.Parallel()
-		srv := redistest.StartServer(t)
-		h := replayHarness(client(t, srv), dbsize(t, srv), redisstore.WithCounters())
-		h.Counters = counted
-		floodgatetest.Run(t, h)
-	})
+	for _, path := range paths { // a refund is a function, or a script
+		t.Run(path.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			h := replayHarness(client(t, srv), dbsize(t, srv), append(path.opts, redisstore.WithCounters())...)
+			h.Counters = counted
+			floodgatetest.Run(t, h)
+		})
+	}
 	t.Run("Cluster", func(t *testing.T) {
 		t.Parallel()
 		cl := redistest.StartCluster(t, 3)
@@ -172,6 +175,21 @@ func TestCounters(t *testing.T) {
 		}
 		if v := srv.Must(t, "GET", key); v != "5" {
 			t.Errorf("the count after the refund is %v, want 5", v)
+		}
+	})
+
+	t.Run("RefundAfterFlush", func(t *testing.T) {
+		// A refund's function missing: it is sent again as a script, once.
+		p := counterPolicy("flush", 3, time.Minute)
+		at(121_000_000)
+		take(t, &p, "k", 3, false)
+		srv.Must(t, "FUNCTION", "FLUSH")
+		d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 2, Refund: true})
+		if err != nil || !d.Allowed || d.Remaining != 1 {
+			t.Fatalf("refund 2 of 3 after FUNCTION FLUSH: %+v, %v; want allowed, remaining 1", d, err)
+		}
+		if d := take(t, &p, "k", 1, true); d.Remaining != 1 {
+			t.Errorf("after the refund, a peek: %+v, want remaining 1 (the refund counted once)", d)
 		}
 	})
 

@@ -34,7 +34,8 @@ func Refused(err error) bool { return refused(err, true) }
 // what each node holds.
 func LibraryName() string { return library.name }
 
-// ScriptSHAs returns the SHA-1 of every script of the EVALSHA path.
+// ScriptSHAs returns the SHA-1 of every script of the EVALSHA path: the
+// algorithms', group.lua's and counter.lua's.
 func ScriptSHAs() []string {
 	var out []string
 	for _, a := range storekit.Algorithms() {
@@ -42,7 +43,7 @@ func ScriptSHAs() []string {
 			out = append(out, sc.sha)
 		}
 	}
-	return out
+	return append(out, groupScript.sha, counterScript.sha)
 }
 
 // LibrarySource returns the function library's source, for measurements.

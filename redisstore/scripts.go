@@ -17,7 +17,8 @@ import (
 // one file per algorithm, each defining <algorithm>_parse and
 // <algorithm>_decide, which common.lua's entry turns into the function a
 // call runs; group.lua (groups and budgets) and batch.lua (TakeBatch's
-// many decisions in one call) only build on them. Each file's header
+// many decisions in one call) only build on them; counter.lua (a refund
+// to a counter, WithCounters) stands alone. Each file's header
 // lists its keys, its parameters (with units) and its state.
 //
 //go:embed lua/*.lua
@@ -61,6 +62,7 @@ var library = func() (lib struct {
 	fns       map[floodgate.Algorithm][2]string // decide, peek
 	group     string                            // every other operation (group.lua)
 	batch     string                            // many decisions (batch.lua)
+	refund    string                            // a refund to a counter (counter.lua)
 }) {
 	var body strings.Builder
 	body.WriteString(luaFile("common"))
@@ -70,6 +72,7 @@ var library = func() (lib struct {
 	}
 	body.WriteString("\n" + luaFile("group"))
 	body.WriteString("\n" + luaFile("batch"))
+	body.WriteString("\n" + luaFile("counter"))
 	sum := sha256.Sum256([]byte(body.String()))
 	digest := hex.EncodeToString(sum[:6])
 	lib.name = "floodgate_" + digest
@@ -77,6 +80,8 @@ var library = func() (lib struct {
 	var reg strings.Builder
 	lib.group = "fg_" + digest + "_group"
 	lib.batch = "fg_" + digest + "_batch"
+	lib.refund = "fg_" + digest + "_counter_refund"
+	fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=counter_refund}\n", lib.refund)
 	fmt.Fprintf(&reg, "redis.register_function{function_name='%s', callback=group_entry}\n", lib.group)
 	reg.WriteString("local fns = {}\n")
 	for _, a := range storekit.Algorithms() {
@@ -120,6 +125,15 @@ var groupScript = func() *script {
 	}
 	parts = append(parts, luaFile("group"), "return group_entry(KEYS, ARGV)\n")
 	src := strings.Join(parts, "\n")
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}()
+
+// counterScript is the script of counter.lua on servers without
+// functions, and what a refund to a counter is sent again as when its
+// function is missing.
+var counterScript = func() *script {
+	src := luaFile("counter") + "\nreturn counter_refund(KEYS, ARGV)\n"
 	sum := sha1.Sum([]byte(src))
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }()

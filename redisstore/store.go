@@ -261,11 +261,6 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // found" or NOSCRIPT, which mean the call did not run), so Preload is an
 // optimisation and a readiness check.
 func (s *Store) Preload(ctx context.Context) error {
-	if s.counters {
-		if err := s.b.loadScript(ctx, counterRefund.src); err != nil {
-			return unavailable("loading scripts", err)
-		}
-	}
 	if !s.scriptsOnly.Load() {
 		err := s.b.loadLibrary(ctx, library.src)
 		if err == nil {
@@ -283,8 +278,10 @@ func (s *Store) Preload(ctx context.Context) error {
 			}
 		}
 	}
-	if err := s.b.loadScript(ctx, groupScript.src); err != nil {
-		return unavailable("loading scripts", err)
+	for _, sc := range []*script{groupScript, counterScript} {
+		if err := s.b.loadScript(ctx, sc.src); err != nil {
+			return unavailable("loading scripts", err)
+		}
 	}
 	return nil
 }

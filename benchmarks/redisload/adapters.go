@@ -69,6 +69,13 @@ func fixedText(p fixedParams) string {
 	return fmt.Sprintf("fixed_window %d/%s align first", p.max, p.window)
 }
 
+// counterText is fixedText as a store WithCounters keeps it (SPEC.md,
+// "Counters"): aligned to the epoch, counting denied requests, as ulule's
+// INCRBY does.
+func counterText(p fixedParams) string {
+	return fmt.Sprintf("fixed_window %d/%s count_denied true", p.max, p.window)
+}
+
 // loadLibraries are the contenders of the throughput measurement, in table
 // order.
 func loadLibraries(batch int) []library {
@@ -79,6 +86,8 @@ func loadLibraries(batch int) []library {
 		floodgateLib(fmt.Sprintf("floodgate-fixed_window-batch%d", batch), batch, func(p params) string { return fixedText(p.fixed) }),
 		floodgateLib("floodgate-gcra-callerclock", 1, func(p params) string { return gcraText(p.gcra) }, redisstore.WithClock(storekit.SystemClock{})),
 		floodgateLib("floodgate-fixed_window-callerclock", 1, func(p params) string { return fixedText(p.fixed) }, redisstore.WithClock(storekit.SystemClock{})),
+		floodgateLib("floodgate-fixed_window-counters", 1, func(p params) string { return counterText(p.fixed) }, redisstore.WithClock(storekit.SystemClock{}), redisstore.WithCounters()),
+		floodgateLib(fmt.Sprintf("floodgate-fixed_window-counters-batch%d", batch), batch, func(p params) string { return counterText(p.fixed) }, redisstore.WithClock(storekit.SystemClock{}), redisstore.WithCounters()),
 		redisRateLib(),
 		ululeLib(),
 		throttledLib(),

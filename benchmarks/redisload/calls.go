@@ -7,6 +7,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -78,10 +79,20 @@ func callCases(fgCommand string) []callCase {
 		batched(fg("floodgate gcra, TakeBatch ×16", gcraText(p.gcra)), 16),
 		batched(fg("floodgate fixed_window, TakeBatch ×16", fixedText(p.fixed)), 16),
 		batched(fg("floodgate fixed_window, TakeBatch ×16, caller's clock", fixedText(p.fixed), redisstore.WithClock(storekit.SystemClock{})), 16),
+		native(fg("floodgate fixed_window, counters", counterText(p.fixed), redisstore.WithClock(storekit.SystemClock{}), redisstore.WithCounters())),
+		batched(native(fg("floodgate fixed_window, counters, TakeBatch ×16", counterText(p.fixed), redisstore.WithClock(storekit.SystemClock{}), redisstore.WithCounters())), 16),
 		peer(redisRateLib(), fmt.Sprintf("GCRA Limit{Rate: %d, Period: %s, Burst: %d}", p.gcra.count, p.gcra.period, p.gcra.burst), "evalsha"),
 		peer(ululeLib(), fmt.Sprintf("fixed window Rate{Period: %s, Limit: %d}", p.fixed.window, p.fixed.max), "evalsha"),
 		peer(throttledLib(), fmt.Sprintf("GCRA RateQuota{MaxRate: PerHour(%d), MaxBurst: %d}", p.gcra.count, p.gcra.burst-1), "eval"),
 	}
+}
+
+// native returns cc measured by a counter's commands (redisstore's
+// WithCounters: INCRBY and PEXPIRE per decision, no function call): its
+// figure is the two commands' time together, per INCRBY.
+func native(cc callCase) callCase {
+	cc.command = "incrby+pexpire"
+	return cc
 }
 
 // batched returns cc deciding batch requests per call.
@@ -168,11 +179,30 @@ func measureCalls(ctx context.Context, admin *redis.Client, addr string, cases [
 			if err != nil {
 				return nil, err
 			}
+			// The decision's commands: one, or a counter's two
+			// ("incrby+pexpire"), whose time is summed per call of the
+			// first.
 			var us float64 = -1
 			var others []string
+			names := strings.Split(cc.command, "+")
+			var usec, first float64
 			for _, st := range stats {
-				if st.Name == cc.command {
-					us = st.Usec / st.Calls / float64(batch)
+				if i := slices.Index(names, st.Name); i >= 0 {
+					usec += st.Usec
+					if i == 0 {
+						first = st.Calls
+					}
+				}
+			}
+			if first > 0 {
+				us = usec / first / float64(batch)
+				if cc.batch > 1 && len(names) > 1 {
+					us = usec / first // a counter's commands are per decision, not per batch
+				}
+			}
+			for _, st := range stats {
+				if slices.Contains(names, st.Name) {
+					continue
 				} else if st.Calls >= float64(calls)/100 {
 					others = append(others, fmt.Sprintf("%s %.2f× %.2fµs", st.Name, st.Calls/float64(calls), st.Usec/st.Calls))
 				}

@@ -109,7 +109,9 @@ type Store struct {
 	// and PEXPIRE instead of a function call (SPEC.md, "Counters";
 	// redisstore.WithCounters): about a quarter of the Redis CPU of such a
 	// decision. It needs Clock "service"; such policies then refuse
-	// reservations, partial grants and groups. Default false.
+	// reservations, partial grants and groups. The memory store, which
+	// costs no Redis, ignores it (so that one file serves with --redis and
+	// without). Default false.
 	Counters bool
 	// TLS configures TLS to every Redis node and sentinel.
 	TLS StoreTLS
@@ -1029,9 +1031,7 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 	if s.ReadFromReplicas && s.Type != "redis-cluster" {
 		r.errorf(line("read_from_replicas"), "store.read_from_replicas", "applies to type redis-cluster only (a Cluster's replicas), found type %q", or(s.Type, "memory"))
 	}
-	if s.Counters && (s.Type == "memory" || s.Type == "") {
-		r.errorf(line("counters"), "store.counters", "applies to Redis stores only (the memory store's decisions cost no Redis CPU)")
-	} else if s.Counters && s.Clock != "service" {
+	if s.Counters && s.Clock != "service" {
 		r.errorf(line("counters"), "store.counters", "needs store.clock: service (a counter's window is chosen by this process's clock before Redis is asked), found store.clock %s", or(s.Clock, "redis"))
 	}
 	if s.MaxKeys != 0 && s.Type != "memory" && s.Type != "" {

@@ -364,13 +364,6 @@ store:
 `, []string{
 			`f.yaml:3: store.counters: needs store.clock: service (a counter's window is chosen by this process's clock before Redis is asked), found store.clock redis`,
 		}},
-		{"store: counters in memory", `
-store:
-  type: memory
-  counters: true
-`, []string{
-			`f.yaml:3: store.counters: applies to Redis stores only (the memory store's decisions cost no Redis CPU)`,
-		}},
 
 		// Failure, admin, listen.
 		{"failure.mode", `
@@ -867,6 +860,8 @@ store:
   addrs: [s1:26379, s2:26379]
   timeout: 20ms
   batching: false
+  clock: service
+  counters: true
 failure:
   mode: closed
   retry_after: 2s
@@ -895,7 +890,8 @@ envoy:
 		t.Errorf("policies: %v", cfg.Policies)
 	}
 	s := cfg.Store
-	if s.Type != "redis-sentinel" || s.Master != "mymaster" || len(s.Addrs) != 2 || s.Timeout != 20*time.Millisecond || s.Batching || !s.OverLimitCache {
+	if s.Type != "redis-sentinel" || s.Master != "mymaster" || len(s.Addrs) != 2 || s.Timeout != 20*time.Millisecond || s.Batching || !s.OverLimitCache ||
+		s.Clock != "service" || !s.Counters {
 		t.Errorf("store: %+v", s)
 	}
 	wantBreaker := failure.Breaker{Window: 30 * time.Second, MinCalls: 50, FailureRatio: 0.25, OpenFor: 250 * time.Millisecond}
@@ -933,7 +929,7 @@ envoy:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Store.Type != "memory" || cfg.Failure.Mode != failure.Open || cfg.Listen.HTTP != DefaultHTTP || cfg.Bounds.MaxBatch != DefaultMaxBatch {
+	if cfg.Store.Type != "memory" || cfg.Store.Counters || cfg.Failure.Mode != failure.Open || cfg.Listen.HTTP != DefaultHTTP || cfg.Bounds.MaxBatch != DefaultMaxBatch {
 		t.Errorf("defaults: %+v", cfg)
 	}
 }

@@ -62,7 +62,7 @@ var schema = []setting{
 			value: func(c *Config) string { return strconv.FormatBool(c.Store.ReadFromReplicas) }},
 		{key: "clock", doc: "Redis: whose clock times decisions: redis (each call reads the server's TIME) or service (this process's, sent with each call: a cheaper call; keep the replicas' clocks in step with NTP). The memory store always uses the service's",
 			value: func(c *Config) string { return or(c.Store.Clock, "redis") }},
-		{key: "counters", doc: "Redis, with clock service: keep each fixed window aligned to the epoch that counts denied hits (Envoy's descriptors) as a native counter (INCRBY and PEXPIRE, no function call: about a quarter of the Redis CPU); such policies then refuse reservations, partial grants and groups (SPEC.md, \"Counters\")",
+		{key: "counters", doc: "Redis, with clock service: keep each fixed window aligned to the epoch that counts denied hits (Envoy's descriptors) as a native counter (INCRBY and PEXPIRE, no function call: about a quarter of the Redis CPU); such policies then refuse reservations, partial grants and groups (SPEC.md, \"Counters\"). The memory store ignores it",
 			value: func(c *Config) string { return strconv.FormatBool(c.Store.Counters) }},
 		{key: "tls", doc: "TLS to every Redis node and sentinel", children: []setting{
 			{key: "enabled", doc: "turn TLS on; a rediss:// url, or addrs written rediss://host:port, turn it on too",

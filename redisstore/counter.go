@@ -78,8 +78,8 @@ func (s *Store) newCounterCall(pr *prepared, req *floodgate.Request, now int64) 
 	return c
 }
 
-// errOverflow is INCRBY's refusal of a count past 2^63-1, which leaves
-// the count as it was.
+// isOverflow reports whether err is INCRBY's refusal of a count past
+// 2^63-1, which leaves the count as it was.
 func isOverflow(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "would overflow")
 }

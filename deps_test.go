@@ -36,7 +36,7 @@ var fences = map[string]fence{
 	// The algorithms and the stores.
 	"internal/algo": {own: []string{"", "storekit"}},
 	"memstore":      {own: []string{"", "storekit", "usage", "internal/algo"}},
-	"redisstore":    {own: []string{"", "storekit", "usage"}, thirdParty: true},
+	"redisstore":    {own: []string{"", "storekit", "usage", "internal/algo"}, thirdParty: true},
 	"floodgatetest": {own: []string{"", "storekit", "usage", "internal/algo"}},
 
 	// The failure policy, and the middleware (which never imports a

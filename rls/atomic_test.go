@@ -70,15 +70,7 @@ func TestAtomicDomainRedis(t *testing.T) {
 	// default) cut it on a busy machine, so that the failure policy
 	// decided.
 	cfg.Store.Timeout = 10 * time.Second
-	svc, err := service.New(cfg, service.Options{Store: store, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := rls.New(svc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testAtomicDomain(t, eng)
+	testAtomicDomain(t, engineOn(t, cfg, store, clock))
 }
 
 // TestAtomicDomainsRefusedOnRedisCluster: on a 3-master Cluster the Redis

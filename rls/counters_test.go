@@ -11,7 +11,6 @@ import (
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/redisstore"
 	"github.com/floodgatehq/floodgate/rls"
-	"github.com/floodgatehq/floodgate/service"
 )
 
 // countersEngine returns a newEngine on srv whose store keeps the
@@ -37,15 +36,7 @@ func countersEngine(srv *redistest.Server) newEngine {
 			t.Fatal(err)
 		}
 		cfg.Store.Timeout = 10 * time.Second // decisions, not a loaded machine's speed, are tested
-		svc, err := service.New(cfg, service.Options{Store: store, Clock: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eng, err := rls.New(svc, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return eng, clock
+		return engineOn(t, cfg, store, clock), clock
 	}
 }
 

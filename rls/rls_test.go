@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 func parse(files ...string) (*config.Config, error) {
@@ -90,6 +92,12 @@ func newService(t testing.TB, files ...string) (*rls.Engine, *floodgatetest.Manu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
+	return engineOn(t, cfg, store, clock), clock
+}
+
+// engineOn returns the engine of cfg deciding on store, timed by clock.
+func engineOn(t testing.TB, cfg *config.Config, store floodgate.Store, clock storekit.Clock) *rls.Engine {
+	t.Helper()
 	svc, err := service.New(cfg, service.Options{Store: store, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +106,7 @@ func newService(t testing.TB, files ...string) (*rls.Engine, *floodgatetest.Manu
 	if err != nil {
 		t.Fatal(err)
 	}
-	return eng, clock
+	return eng
 }
 
 func ask(t *testing.T, svc *rls.Engine, domain string, ds ...rls.Descriptor) rls.Response {

@@ -119,12 +119,8 @@ func (s *Store) takeBudget(ctx context.Context, req *floodgate.Request, until *t
 	if s.scriptsOnly.Load() {
 		c.kind, c.name = evalSha, groupScript.sha
 	}
-	c.reply, c.err = s.b.run(ctx, c)
-	if c.err != nil {
-		s.again(ctx, []*call{c}, until)
-	}
-	if c.err != nil {
-		return floodgate.Decision{}, classify(ctx, c.err)
+	if err := s.runCall(ctx, c, until); err != nil {
+		return floodgate.Decision{}, err
 	}
 	return s.decodeBudget(c.reply, req, preps)
 }

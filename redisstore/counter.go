@@ -147,12 +147,8 @@ func (s *Store) refundCounter(ctx context.Context, pr *prepared, req *floodgate.
 	if s.scriptsOnly.Load() {
 		c.kind, c.name = evalSha, counterScript.sha
 	}
-	c.reply, c.err = s.b.run(ctx, c)
-	if c.err != nil {
-		s.again(ctx, []*call{c}, until)
-	}
-	if c.err != nil {
-		return floodgate.Decision{}, classify(ctx, c.err)
+	if err := s.runCall(ctx, c, until); err != nil {
+		return floodgate.Decision{}, err
 	}
 	count, ok := c.reply.(int64)
 	if !ok || count < 0 {

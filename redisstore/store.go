@@ -550,18 +550,28 @@ func (s *Store) Take(ctx context.Context, req floodgate.Request) (floodgate.Deci
 	if err != nil {
 		return floodgate.Decision{}, err
 	}
-	c.reply, c.err = s.b.run(ctx, c)
-	if c.err != nil {
-		s.again(ctx, []*call{c}, new(time.Time))
-	}
-	if c.err != nil {
-		return floodgate.Decision{}, classify(ctx, c.err)
+	if err := s.runCall(ctx, c, new(time.Time)); err != nil {
+		return floodgate.Decision{}, err
 	}
 	d, err := decodeCall(c, pr, req.Policy)
 	if d.Allowed {
 		d.Granted = req.N
 	}
 	return d, err
+}
+
+// runCall sends c alone and, when it did not run, again (see again, until
+// *until); it returns the call's error, classified, or nil with c.reply
+// set.
+func (s *Store) runCall(ctx context.Context, c *call, until *time.Time) error {
+	c.reply, c.err = s.b.run(ctx, c)
+	if c.err != nil {
+		s.again(ctx, []*call{c}, until)
+	}
+	if c.err != nil {
+		return classify(ctx, c.err)
+	}
+	return nil
 }
 
 // notRun reports whether err means that the call did not run and that

@@ -601,10 +601,10 @@ func TestExactUnderConcurrencyMemory(t *testing.T) {
 }
 
 // redisService returns a service on a Redis store of c with its own key
-// prefix, its scripts loaded.
-func redisService(t *testing.T, c redis.UniversalClient, yaml string, clock storekit.Clock) (*service.Service, *redisstore.Store) {
+// prefix and the options opts, its scripts loaded.
+func redisService(t *testing.T, c redis.UniversalClient, yaml string, clock storekit.Clock, opts ...redisstore.Option) (*service.Service, *redisstore.Store) {
 	t.Helper()
-	st, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("svc%d", rand.Uint32())))
+	st, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithPrefix(fmt.Sprintf("svc%d", rand.Uint32()))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -650,6 +650,35 @@ func TestExactUnderConcurrencyRedisCluster(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	svc, _ := redisService(t, c, exactConfig, nil)
 	testExact(t, svc)
+}
+
+// TestExactUnderConcurrencyRedisCounters: exactness on a store whose
+// fixed windows that count denied requests are native counters
+// (redisstore.WithCounters), standalone and on a Cluster: batches mix
+// counters' INCRBYs with the other policies' function calls. The clock
+// stands still, so that no window ends during the test.
+func TestExactUnderConcurrencyRedisCounters(t *testing.T) {
+	t.Parallel()
+	cfg := strings.Replace(exactConfig, `fw: "fixed_window 50/1h align first"`, `fw: "fixed_window 50/1h count_denied true"`, 1)
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	opts := []redisstore.Option{redisstore.WithClock(clock), redisstore.WithCounters(), redisstore.WithMinTTL(time.Hour)}
+	t.Run("Standalone", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.StartServer(t)
+		svc, _ := redisService(t, redisClient(t, srv), cfg, clock, opts...)
+		testExact(t, svc)
+		if srv.Calls(t, "incrby") == 0 {
+			t.Error("no INCRBY: the counters were not used")
+		}
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t, 3)
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		svc, _ := redisService(t, c, cfg, clock, opts...)
+		testExact(t, svc)
+	})
 }
 
 // waitFor polls cond until it holds, failing the test after 20 seconds.

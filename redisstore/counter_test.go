@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -320,4 +321,63 @@ func countersDifferential(t *testing.T, c redis.UniversalClient, runs int) {
 		}
 	}
 	t.Logf("%d random counter policies, %d decisions: memory and counters agree", runs, ops)
+}
+
+// TestCountersSlotMigration: while a slot moves between two masters (as
+// redis-cli --cluster reshard moves it), counters of its keys are decided
+// once each: a counter still on the old master there, a new one on the
+// new master (ASK), in one batch; peeks and refunds alike; after the
+// migration every count is where the new master serves it.
+func TestCountersSlotMigration(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	s := newStore(t, clusterClient(t, cl), redisstore.WithClock(clock), redisstore.WithCounters(), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix("cmig"))
+	p := counterPolicy("mig", 3, time.Hour)
+	old := "old"
+	slot := redisstore.KeySlot(redisstore.DecisionKeys(s, &p, old)[0])
+	var fresh []string
+	for i := 0; len(fresh) < 2; i++ {
+		if k := "k" + strconv.Itoa(i); redisstore.KeySlot(redisstore.DecisionKeys(s, &p, k)[0]) == slot {
+			fresh = append(fresh, k)
+		}
+	}
+	if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: old, N: 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	a, b, bid := startMigration(t, cl, slot)
+	reqs := []floodgate.Request{
+		{Policy: &p, Key: old, N: 1}, {Policy: &p, Key: fresh[0], N: 1}, {Policy: &p, Key: old, N: 1},
+		{Policy: &p, Key: fresh[1], N: 1, Peek: true}, {Policy: &p, Key: fresh[0], N: 1, Peek: true},
+	}
+	out := make([]storekit.Outcome, len(reqs))
+	s.TakeBatch(ctx, reqs, out)
+	for i, want := range []int64{1, 2, 0, 2, 1} {
+		if o := out[i]; o.Err != nil || !o.Decision.Allowed || o.Decision.Remaining != want {
+			t.Fatalf("batch during the migration, decision %d: %+v, %v; want allowed, %d remaining", i, o.Decision, o.Err, want)
+		}
+	}
+	if d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: old, N: 2, Refund: true}); err != nil || d.Remaining != 1 {
+		t.Fatalf("refund of 2 of 3 during the migration: %+v, %v; want remaining 1 (a peek of 1 on a count of 1)", d, err)
+	}
+	if n := finishMigration(t, cl, slot, a, b, bid); n == 0 {
+		t.Fatal("no key on the migrating master")
+	}
+	for _, c := range []struct {
+		key  string
+		want int64
+	}{{old, 1}, {fresh[0], 1}, {fresh[1], 2}} {
+		d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: c.key, N: 1, Peek: true})
+		if err != nil || d.Remaining != c.want {
+			t.Errorf("%s after the migration: %+v, %v; want remaining %d", c.key, d, err, c.want)
+		}
+	}
+	if n := len(a.Must(t, "CLUSTER", "GETKEYSINSLOT", strconv.Itoa(slot), "1000").([]any)); n != 0 {
+		t.Errorf("%d keys of the slot left on the old master", n)
+	}
+	if n := len(b.Must(t, "CLUSTER", "GETKEYSINSLOT", strconv.Itoa(slot), "1000").([]any)); n != 2 {
+		t.Errorf("%d keys of the slot on the new master, want 2 counters (the old key's, fresh[0]'s)", n)
+	}
 }

@@ -106,15 +106,13 @@ func (h *Harness) name(s string) string {
 	return n
 }
 
-// Run checks the store described by h against SPEC.md: every public vector
-// and those of the folder named by FLOODGATE_VECTORS, then the properties
-// of a store (peek, reset, independent keys, no over-admission under
-// concurrency, bad requests, usage tracking, series and paged listings
-// for a usage.Lister, Close). For a storekit.BudgetStore it also replays
-// the project's vectors (groups, partial grants, reservations, refunds,
-// calendar windows) and checks groups and reservations under concurrency;
-// a store without budgets must set Harness.NoBudgets.
-func Run(t *testing.T, h Harness) {
+// RunVectors replays what Run replays, and nothing else: the public
+// vectors, those of the folder named by FLOODGATE_VECTORS and, for a
+// storekit.BudgetStore, the project's. It is for a second configuration
+// of a store that Run checks in full with another (another way to reach
+// its server, a Cluster), where the properties under concurrency would
+// check the same code again.
+func RunVectors(t *testing.T, h Harness) {
 	if h.NewStore == nil {
 		t.Fatal("floodgatetest: Harness.NewStore is nil")
 	}
@@ -138,6 +136,18 @@ func Run(t *testing.T, h Harness) {
 		})
 	}
 	t.Run("ProjectVectors", h.testProjectVectors)
+}
+
+// Run checks the store described by h against SPEC.md: every public vector
+// and those of the folder named by FLOODGATE_VECTORS, then the properties
+// of a store (peek, reset, independent keys, no over-admission under
+// concurrency, bad requests, usage tracking, series and paged listings
+// for a usage.Lister, Close). For a storekit.BudgetStore it also replays
+// the project's vectors (groups, partial grants, reservations, refunds,
+// calendar windows) and checks groups and reservations under concurrency;
+// a store without budgets must set Harness.NoBudgets.
+func Run(t *testing.T, h Harness) {
+	RunVectors(t, h)
 	t.Run("GroupConcurrency", h.testGroupConcurrency)
 	t.Run("ReserveContention", h.testReserveContention)
 	t.Run("BudgetInvalidRequests", h.testBudgetInvalid)

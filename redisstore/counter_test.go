@@ -22,25 +22,31 @@ import (
 
 // TestConformanceCounters: the conformance suite on a store that keeps
 // the fixed windows that count denied requests as counters (SPEC.md,
-// "Counters"), standalone on both paths (the refunds are a function of
-// the library, or a script) and on a Cluster.
+// "Counters"), in full on the functions' path; its vectors on the
+// scripts' (a refund is a script there) and on a Cluster, whose
+// concurrency TestCountersDifferential and the service's exactness tests
+// check.
 func TestConformanceCounters(t *testing.T) {
 	t.Parallel()
-	for _, path := range paths { // a refund is a function, or a script
-		t.Run(path.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.StartServer(t)
-			h := replayHarness(client(t, srv), dbsize(t, srv), append(path.opts, redisstore.WithCounters())...)
-			h.Counters = counted
-			floodgatetest.Run(t, h)
-		})
+	harness := func(c redis.UniversalClient, keys func() int, opts ...redisstore.Option) floodgatetest.Harness {
+		h := replayHarness(c, keys, append(opts, redisstore.WithCounters())...)
+		h.Counters = counted
+		return h
 	}
+	t.Run("Functions", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.StartServer(t)
+		floodgatetest.Run(t, harness(client(t, srv), dbsize(t, srv)))
+	})
+	t.Run("Scripts", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.StartServer(t)
+		floodgatetest.RunVectors(t, harness(client(t, srv), dbsize(t, srv), redisstore.WithScripts()))
+	})
 	t.Run("Cluster", func(t *testing.T) {
 		t.Parallel()
 		cl := redistest.StartCluster(t, 3)
-		h := replayHarness(clusterClient(t, cl), dbsize(t, cl.Nodes...), redisstore.WithCounters())
-		h.Counters = counted
-		floodgatetest.Run(t, h)
+		floodgatetest.RunVectors(t, harness(clusterClient(t, cl), dbsize(t, cl.Nodes...)))
 	})
 }
 

@@ -440,7 +440,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 	}()
 
 	log.Info("floodgate serving", "version", Version(), "http", httpLn.Addr().String(), "grpc", grpcLn.Addr().String(),
-		"store", cfg.Store.Type, "policies", len(cfg.Policies), "domains", len(cfg.Domains), "config", configName(path),
+		"store", storeSummary(cfg.Store), "policies", len(cfg.Policies), "domains", len(cfg.Domains), "config", configName(path),
 		"http_tls", cfg.Listen.HTTPTLS.String(), "grpc_tls", cfg.Listen.GRPCTLS.String(), "clients", len(clients.Names()),
 		"admin", adminMode(cfg.Admin), "max_connections", cfg.Bounds.MaxConnections)
 	for _, w := range exposureWarnings(cfg, httpLn.Addr(), grpcLn.Addr()) {
@@ -639,6 +639,23 @@ func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.En
 		log.Info("configuration reloaded", append([]any{"reason", why, "clients", len(clients.Names()), "admin", adminMode(cfg.Admin)},
 			reloadSummary(before, cfg)...)...)
 	}
+}
+
+// storeSummary names the store for the start-up line: its type and, for
+// Redis, the settings that change how decisions are made there (the
+// service's clock, counters).
+func storeSummary(s config.Store) string {
+	out := s.Type
+	if s.Type == "memory" || s.Type == "" {
+		return cmp.Or(out, "memory")
+	}
+	if s.Clock == "service" {
+		out += ", clock service"
+	}
+	if s.Counters {
+		out += ", counters"
+	}
+	return out
 }
 
 // connBounds are the bounds fixed when the listeners start.

@@ -120,10 +120,12 @@ func TestConformanceCluster(t *testing.T) {
 	}
 }
 
-// TestConformanceTLS: the suite through TLS, to a standalone server that
-// demands a client certificate and to a 3-master Cluster whose bus and
-// replication are over TLS too (the client reads the nodes' TLS ports in
-// CLUSTER SLOTS). A client that does not trust the CA, or presents no
+// TestConformanceTLS: the suite's vectors through TLS, to a standalone
+// server that demands a client certificate and to a 3-master Cluster whose
+// bus and replication are over TLS too (the client reads the nodes' TLS
+// ports in CLUSTER SLOTS): every kind of call crosses TLS; the properties
+// under concurrency, the same code over another connection, are
+// TestConformanceStandalone's and TestConformanceCluster's. A client that does not trust the CA, or presents no
 // certificate, is refused with an error Misconfigured recognises.
 func TestConformanceTLS(t *testing.T) {
 	t.Parallel()
@@ -132,7 +134,7 @@ func TestConformanceTLS(t *testing.T) {
 		srv := redistest.StartServer(t, redistest.WithTLS(certs, true))
 		c := redis.NewClient(&redis.Options{Addr: srv.TLSAddr, MaxRetries: -1, TLSConfig: certs.ClientConfig()})
 		t.Cleanup(func() { c.Close() })
-		floodgatetest.Run(t, replayHarness(c, dbsize(t, srv)))
+		floodgatetest.RunVectors(t, replayHarness(c, dbsize(t, srv)))
 
 		for name, cfg := range map[string]*tls.Config{
 			"unknown CA":            {MinVersion: tls.VersionTLS12},
@@ -167,7 +169,7 @@ func TestConformanceTLS(t *testing.T) {
 		cl := redistest.StartCluster(t, 3, redistest.WithClusterTLS(certs))
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.TLSAddrs, MaxRetries: -1, TLSConfig: certs.ClientConfig()})
 		t.Cleanup(func() { c.Close() })
-		floodgatetest.Run(t, replayHarness(c, dbsize(t, cl.Nodes...)))
+		floodgatetest.RunVectors(t, replayHarness(c, dbsize(t, cl.Nodes...)))
 	})
 }
 

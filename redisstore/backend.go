@@ -79,7 +79,8 @@ const (
 	// that found neither its function nor its script is sent again as.
 	eval
 	// incr adds n to a counter (SPEC.md, "Counters"): INCRBY keys[0] n,
-	// then PEXPIRE keys[0] args[1] (ms), pipelined; its reply is INCRBY's.
+	// then PEXPIRE keys[0] args[0] (a time.Duration), pipelined; its reply
+	// is INCRBY's.
 	incr
 	// get reads a counter for a peek (GET keys[0]).
 	get
@@ -154,7 +155,7 @@ func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 			if expires == nil {
 				expires = make([]*redis.BoolCmd, len(calls))
 			}
-			expires[i] = pipe.PExpire(ctx, c.keys[0], time.Duration(c.args[1].(int64))*time.Millisecond)
+			expires[i] = pipe.PExpire(ctx, c.keys[0], counterTTL(c))
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
@@ -180,7 +181,7 @@ func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 		// idempotent), so that the counter does not outlive its window.
 		pipe := g.c.Pipeline()
 		for _, c := range again {
-			pipe.PExpire(ctx, c.keys[0], time.Duration(c.args[1].(int64))*time.Millisecond)
+			pipe.PExpire(ctx, c.keys[0], counterTTL(c))
 		}
 		_, _ = pipe.Exec(ctx)
 	}

@@ -72,11 +72,15 @@ func (s *Store) newCounterCall(pr *prepared, req *floodgate.Request, now int64) 
 		c.kind = get
 		return c
 	}
-	// The window's end, from now: the TTL counts on the server's clock.
+	// The window's end, from now, in whole ms rounded up: the TTL counts
+	// on the server's clock.
 	ttl := max(pr.window-now%pr.window, s.minTTL)
-	c.args = []any{req.N, (ttl + 999) / 1000}
+	c.args = []any{time.Duration((ttl+999)/1000) * time.Millisecond}
 	return c
 }
+
+// counterTTL returns the TTL an add's PEXPIRE gives its counter.
+func counterTTL(c *call) time.Duration { return c.args[0].(time.Duration) }
 
 // isOverflow reports whether err is INCRBY's refusal of a count past
 // 2^63-1, which leaves the count as it was.

@@ -30,6 +30,28 @@ func client(t testing.TB, srv *redistest.Server) *redis.Client {
 	return c
 }
 
+// The tests of a server that is down check that a call's context bounds
+// it, not the client's own timeouts. Their clients wait patiently:
+// clientWait for a dial and between dial attempts, five attempts, so a
+// call that waited for them would take 20 s or more. A call bounded by
+// its deadline takes the deadline plus however long a loaded machine
+// keeps it from running again (2.3 s is the most seen, two suites at
+// once on 2 cores): hung lies far above that and below the client's
+// waits, so it tells a hang from a slow machine.
+const (
+	clientWait = 5 * time.Second
+	hung       = 15 * time.Second
+)
+
+// patient is a client of srv with clientWait's timeouts, no retries
+// and poolSize connections (go-redis's default when 0).
+func patient(t testing.TB, srv *redistest.Server, poolSize int) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1, PoolSize: poolSize,
+		DialTimeout: clientWait, DialerRetries: 5, DialerRetryTimeout: clientWait, ReadTimeout: clientWait, WriteTimeout: clientWait})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func clusterClient(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
@@ -342,7 +364,7 @@ func TestHashedKeys(t *testing.T) {
 // within the context's deadline; a closed store with ErrClosed.
 func TestErrors(t *testing.T) {
 	srv := redistest.StartServer(t)
-	c := client(t, srv)
+	c := patient(t, srv, 0)
 	s := newStore(t, c)
 	p := floodgate.Policy{Name: "e", Algorithm: floodgate.FixedWindow, Max: 1, Window: time.Second}
 	ctx := context.Background()
@@ -354,8 +376,8 @@ func TestErrors(t *testing.T) {
 	if !errors.Is(err, floodgate.ErrUnavailable) {
 		t.Errorf("Take with the server down: %v, want ErrUnavailable", err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Take with the server down took %v", d)
+	if d := time.Since(start); d > hung {
+		t.Errorf("Take with the server down and a deadline of 200ms took %v: it waited for the client", d)
 	}
 	s.Close()
 	if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1}); !errors.Is(err, floodgate.ErrClosed) {
@@ -454,7 +476,8 @@ func testPreloadEveryNode(t *testing.T, cl *redistest.Cluster) {
 // with ErrUnavailable within the deadline, and the others go on.
 func TestClusterNodeDown(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1,
+		DialTimeout: clientWait, DialerRetries: 5, DialerRetryTimeout: clientWait, ReadTimeout: clientWait, WriteTimeout: clientWait})
 	t.Cleanup(func() { c.Close() })
 	s := newStore(t, c)
 	p := floodgate.Policy{Name: "node", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Minute}
@@ -469,15 +492,18 @@ func TestClusterNodeDown(t *testing.T) {
 	}
 	cl.Nodes[1].Stop(t)
 	var ok, down int
+	var slowest time.Duration
 	for _, k := range keys {
 		dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		start := time.Now()
 		_, err := s.Take(dctx, floodgate.Request{Policy: &p, Key: k, N: 1})
 		cancel()
-		// The deadline bounds the call (the second of slack is for a
-		// loaded machine): it does not wait for the client's own timeouts.
-		if took := time.Since(start); took > 1300*time.Millisecond {
-			t.Errorf("key %s took %v with a deadline of 300ms", k, took)
+		// The deadline bounds the call: it does not wait for the
+		// client's own dial retries (see hung).
+		took := time.Since(start)
+		slowest = max(slowest, took)
+		if took > hung {
+			t.Errorf("key %s took %v with a deadline of 300ms: it waited for the client", k, took)
 		}
 		switch {
 		case err == nil:
@@ -488,7 +514,7 @@ func TestClusterNodeDown(t *testing.T) {
 			t.Errorf("key %s: %v, want ErrUnavailable", k, err)
 		}
 	}
-	t.Logf("with one master of three down: %d decided, %d unavailable", ok, down)
+	t.Logf("with one master of three down: %d decided, %d unavailable; slowest call %v", ok, down, slowest)
 	if ok == 0 || down == 0 {
 		t.Errorf("with one master of three down: %d decided, %d unavailable; want some of each", ok, down)
 	}

@@ -64,7 +64,7 @@ func ExampleNewLimiter() {
 	lim, err := floodgate.NewLimiter(store, floodgate.Policy{
 		Name:      "api",
 		Algorithm: floodgate.GCRA,
-		Max:       10, Window: time.Second,
+		Max:       10, Window: time.Hour,
 		Burst: 3,
 	})
 	if err != nil {
@@ -197,7 +197,7 @@ func ExampleLimiter_Reserve() {
 		panic(err)
 	}
 	defer store.Close()
-	perMinute, _ := floodgate.ParsePolicy("tokens-per-minute", "token_bucket 1000/1m burst 1000")
+	perMinute, _ := floodgate.ParsePolicy("tokens-per-minute", "fixed_window 1000/1m align first")
 	perDay, _ := floodgate.ParsePolicy("tokens-per-day", "fixed_window 5000/1day align calendar tz Europe/Paris")
 	lim, err := floodgate.NewLimiter(store, perMinute, perDay)
 	if err != nil {

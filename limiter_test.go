@@ -79,7 +79,7 @@ func TestWaitRetriesWhenOvertaken(t *testing.T) {
 }
 
 func TestWaitRefusesAtOnce(t *testing.T) {
-	lim, _, sleeps := waitFixture(t, "token_bucket 10/1m burst 2")
+	lim, _, sleeps := waitFixture(t, "token_bucket 10/1h burst 2")
 	ctx := context.Background()
 
 	d, err := lim.WaitN(ctx, "k", 3) // more than burst: never
@@ -88,11 +88,13 @@ func TestWaitRefusesAtOnce(t *testing.T) {
 	}
 
 	lim.AllowN(ctx, "k", 2)
-	short, cancel := context.WithTimeout(ctx, time.Second) // refill takes 7.5s
+	// A token takes 6 minutes; a minute left is too short, and long
+	// enough that no pause of a loaded machine ends it first.
+	short, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	d, err = lim.Wait(short, "k")
 	if !errors.Is(err, floodgate.ErrWouldExceedDeadline) || d.Allowed {
-		t.Errorf("Wait with 1s left = %v, %v; want ErrWouldExceedDeadline", d, err)
+		t.Errorf("Wait with a minute left = %v, %v; want ErrWouldExceedDeadline", d, err)
 	}
 
 	done, cancel2 := context.WithCancel(ctx)

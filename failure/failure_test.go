@@ -310,7 +310,7 @@ func TestTimeout(t *testing.T) {
 	s, _ := failure.Wrap(hang, failure.Policy{Mode: failure.Closed, Timeout: 20 * time.Millisecond}, failure.WithLogger(slog.New(slog.DiscardHandler)))
 	start := time.Now()
 	d := take(t, s, "k")
-	if took := time.Since(start); took < 20*time.Millisecond || took > 5*time.Second {
+	if took := time.Since(start); took < 20*time.Millisecond || took > 15*time.Second { // the upper bound: only a hang
 		t.Errorf("took %v with a 20ms timeout", took)
 	}
 	if !d.Degraded || d.Allowed || d.RetryAfter != time.Second {

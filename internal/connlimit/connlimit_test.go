@@ -84,11 +84,25 @@ func TestEvictsIdle(t *testing.T) {
 	if l.Open() != max || l.Evicted() != 1 || l.Refused() != 0 {
 		t.Errorf("open %d, evicted %d, refused %d; want %d, 1, 0", l.Open(), l.Evicted(), l.Refused(), max)
 	}
-	gone := 0
+	// Every client reads at once: the first EOF (within a hang's bound)
+	// gives the others' reads half a second more, so no read's deadline
+	// races the close of the one evicted, and a second one closed with it
+	// would still be seen.
+	eof := make(chan bool, len(clients))
 	for _, c := range clients {
-		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		if _, err := c.Read(make([]byte, 1)); err == io.EOF {
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		go func() {
+			_, err := c.Read(make([]byte, 1))
+			eof <- err == io.EOF
+		}()
+	}
+	gone := 0
+	for range clients {
+		if <-eof {
 			gone++
+			for _, c := range clients {
+				c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			}
 		}
 	}
 	if gone != 1 {

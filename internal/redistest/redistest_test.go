@@ -219,7 +219,7 @@ func TestClusterReplicas(t *testing.T) {
 	// the write has reached it.
 	mustDo(t, c.Nodes[2], "SET", "foo", "bar")
 	replica := c.Replicas[2][0]
-	if err := poll(5*time.Second, func() error {
+	if err := poll(30*time.Second, func() error {
 		reply, err := replica.Do(t, "GET", "foo")
 		if err == nil {
 			return fmt.Errorf("GET foo on a replica without READONLY answered %v, want MOVED", reply)
@@ -233,7 +233,7 @@ func TestClusterReplicas(t *testing.T) {
 		t.Error(err)
 	}
 	// The write may still be on its way to the replica.
-	if err := poll(5*time.Second, func() error {
+	if err := poll(30*time.Second, func() error {
 		if n := mustDo(t, replica, "DBSIZE"); n != int64(1) {
 			return fmt.Errorf("replica holds %v keys, want 1", n)
 		}
@@ -367,12 +367,12 @@ func TestPortTaken(t *testing.T) {
 // tlsDo sends one command over TLS with cfg and returns the raw first
 // line of the reply.
 func tlsDo(addr string, cfg *tls.Config, args ...string) (string, error) {
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 30 * time.Second}, "tcp", addr, cfg)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	conn.SetDeadline(time.Now().Add(30 * time.Second)) // only a hang
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -422,8 +422,8 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	c := &client{conn: conn, r: bufio.NewReader(conn), timeout: 5 * time.Second}
+	conn.SetDeadline(time.Now().Add(30 * time.Second)) // only a hang
+	c := &client{conn: conn, r: bufio.NewReader(conn), timeout: 30 * time.Second}
 	slots, err := c.do("CLUSTER", "SLOTS")
 	if err != nil {
 		t.Fatal(err)

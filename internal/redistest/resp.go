@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// ioTimeout bounds dialing and each command of the package's own client.
-const ioTimeout = 5 * time.Second
+// ioTimeout bounds dialing and each command of the package's own client:
+// a hang's bound, far above what a loaded machine adds to a command.
+const ioTimeout = 30 * time.Second
 
 // Error is an error reply from Redis, such as "NOAUTH Authentication
 // required." or "MOVED 12182 127.0.0.1:40001".

@@ -113,7 +113,10 @@ func (s crossSlot) Take(ctx context.Context, req floodgate.Request) (floodgate.D
 // TestAtomicCrossSlot: where the keys cannot share a slot, the rules are
 // decided one after the other, as without Atomic.
 func TestAtomicCrossSlot(t *testing.T) {
-	store, err := memstore.New()
+	// A manual clock: on the real one, a window boundary (wide's are
+	// minutes of the epoch) passing between the requests, more likely on a
+	// loaded machine, would reset what they spent.
+	store, err := memstore.New(memstore.WithClock(floodgatetest.NewManualClock(base)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"time"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/httplimit"
 	"github.com/floodgatehq/floodgate/memstore"
 )
 
 func ExampleNew() {
-	store, err := memstore.New()
+	// A stopped clock keeps the output below exact however slowly the
+	// example runs; a real program leaves the store its own clock.
+	store, err := memstore.New(memstore.WithClock(floodgatetest.NewManualClock(time.Unix(1_700_000_000, 0))))
 	if err != nil {
 		panic(err)
 	}

@@ -16,14 +16,20 @@ import (
 	"github.com/floodgatehq/floodgate/redisstore"
 )
 
-// redisClient returns a go-redis client for srv set up as the middleware
+// redisClient returns a go-redis client for addr set up as the middleware
 // needs: context deadlines honoured, no retries (a retried script could
-// count twice), a short dial timeout.
+// count twice). The failure policy's timeout bounds every call; the
+// client's own timeouts are long: dialing, so that a loaded machine does
+// not fail a healthy call, and reading and writing, above hung, so that a
+// call the policy's timeout failed to cut shows as hung instead of ending
+// at the client's timeout.
 func redisClient(t testing.TB, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{
 		Addr:                  addr,
 		MaxRetries:            -1,
-		DialTimeout:           50 * time.Millisecond,
+		DialTimeout:           healthyTimeout,
+		ReadTimeout:           2 * hung,
+		WriteTimeout:          2 * hung,
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { c.Close() })
@@ -31,8 +37,8 @@ func redisClient(t testing.TB, addr string) *redis.Client {
 }
 
 // TestFailurePolicyRedis runs each failure mode (package failure) in front
-// of a real redis-server that first answers, then hangs (CLIENT PAUSE),
-// then is stopped mid-test. Each mode answers as documented, with every
+// of a real redis-server that first answers, then hangs (a stalled proxy in
+// front of it), then is stopped mid-test. Each mode answers as documented, with every
 // degraded decision visible to the hook, and no request hangs.
 func TestFailurePolicyRedis(t *testing.T) {
 	const timeout = 50 * time.Millisecond
@@ -42,16 +48,23 @@ func TestFailurePolicyRedis(t *testing.T) {
 			if i > 0 {
 				srv.Restart(t)
 			}
-			rs, err := redisstore.New(redisClient(t, srv.Addr))
+			// The client reaches Redis through a proxy that stalls when told
+			// to and until told otherwise: however long a loaded machine
+			// takes to send the stalled requests, Redis cannot answer them.
+			proxy := redistest.StartProxy(t, srv.Addr)
+			// The store's time is a manual clock: on the server's, a second
+			// passing between the first and the third healthy request (the
+			// window opens with the first) would make t=60 below t=59.
+			rs, err := redisstore.New(redisClient(t, proxy.Addr), redisstore.WithClock(floodgatetest.NewManualClock(base)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			local := newEnv(t)
 			// While Redis answers, a generous timeout: a busy machine must
 			// not turn a healthy answer into a degraded one. The short
-			// timeout applies from the pause on.
+			// timeout applies from the stall on.
 			policy := failure.Policy{
-				Mode: mode, Timeout: 5 * time.Second, Fallback: local.store,
+				Mode: mode, Timeout: healthyTimeout, Fallback: local.store,
 				Breaker: failure.Breaker{Disabled: true}, // every request tries Redis here; TestBreakerStalledRedis has the breaker
 			}
 			store, err := failure.Wrap(rs, policy)
@@ -100,17 +113,19 @@ func TestFailurePolicyRedis(t *testing.T) {
 			if err := store.Guard().SetPolicy(policy); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := srv.Do(t, "CLIENT", "PAUSE", "2000", "ALL"); err != nil {
-				t.Fatal(err)
-			}
-			for phase, client := range []string{"paused", "stopped"} {
+			proxy.Stall() // until the proxy closes
+			for phase, client := range []string{"stalled", "stopped"} {
 				if phase == 1 {
+					// Redis stops, and so does the proxy: its connections
+					// close, and its port refuses new ones, as the stopped
+					// server's would.
 					srv.Stop(t)
+					proxy.Close()
 				}
 				for n := range 3 {
 					code, hdr, took := timed(client)
 					if phase == 0 && took < timeout-5*time.Millisecond {
-						t.Errorf("%s request %d took %v: Redis answered while paused?", client, n+1, took)
+						t.Errorf("%s request %d took %v: Redis answered while stalled?", client, n+1, took)
 					}
 					switch mode {
 					case failure.Open:
@@ -137,9 +152,16 @@ func TestFailurePolicyRedis(t *testing.T) {
 }
 
 // hung is how long a request may take before a test calls it hung: far
-// above any timeout of the tests and any scheduling delay of a loaded
-// machine, far below the go-redis client's own timeouts.
-const hung = 5 * time.Second
+// above any timeout of the tests that bounds it and any scheduling delay of
+// a loaded machine (seconds), below the read and write timeouts of
+// redisClient's clients (a call nothing else cuts ends at those).
+const hung = 20 * time.Second
+
+// healthyTimeout is the failure policy's timeout while Redis is meant to
+// answer, and redisClient's dial timeout: far above any scheduling delay
+// of a loaded machine, so that a healthy call is never cut (and its answer
+// degraded).
+const healthyTimeout = 10 * time.Second
 
 // breakerLog counts the failure policy's store calls by outcome.
 type breakerLog struct {
@@ -177,14 +199,18 @@ func (b *breakerLog) counts() (called, kept, opened, closed int) {
 }
 
 // TestBreakerStalledRedis: behind the middleware, a Redis that stalls
-// (CLIENT PAUSE) makes the failure policy's breaker open once enough calls
+// (behind a stalled proxy) makes the failure policy's breaker open once enough calls
 // have timed out; from then on requests are answered by the failure mode
 // without calling Redis (so without waiting for the timeout), until a
 // probe after OpenFor finds Redis answering again and closes it.
 func TestBreakerStalledRedis(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	srv := redistest.StartServer(t)
-	rs, err := redisstore.New(redisClient(t, srv.Addr))
+	// The client reaches Redis through a proxy that stalls when told to and
+	// until told otherwise: however long a loaded machine takes to send the
+	// stalled requests, Redis cannot answer them.
+	proxy := redistest.StartProxy(t, srv.Addr)
+	rs, err := redisstore.New(redisClient(t, proxy.Addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,12 +218,23 @@ func TestBreakerStalledRedis(t *testing.T) {
 	// The breaker's time is a manual clock, so that it stays open for
 	// however long the requests below take on a loaded machine.
 	clock := floodgatetest.NewManualClock(base)
-	store, err := failure.Wrap(rs, failure.Policy{
-		Mode: failure.Closed, Timeout: timeout,
+	// While Redis answers, a generous timeout: a busy machine must not
+	// fail a healthy call. The short timeout applies from the stall on
+	// (SetPolicy keeps the breaker's state).
+	policy := failure.Policy{
+		Mode: failure.Closed, Timeout: healthyTimeout,
 		Breaker: failure.Breaker{Window: 10 * time.Second, MinCalls: 4, FailureRatio: 0.5, OpenFor: 300 * time.Millisecond},
-	}, failure.WithObserver(&log), failure.WithClock(clock))
+	}
+	store, err := failure.Wrap(rs, policy, failure.WithObserver(&log), failure.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
+	}
+	setTimeout := func(d time.Duration) {
+		t.Helper()
+		policy.Timeout = d
+		if err := store.Guard().SetPolicy(policy); err != nil {
+			t.Fatal(err)
+		}
 	}
 	h := wrap(t, httplimit.Config{Rules: []httplimit.Rule{{Limiter: newLimiter(t, store, "shared", "fixed_window 100/1m"), Key: clientKey}}})
 	if rec := do(t, h, get("a")); rec.Code != 200 {
@@ -206,9 +243,8 @@ func TestBreakerStalledRedis(t *testing.T) {
 
 	// Stalled: the next three calls wait for the timeout; the third opens
 	// the breaker (4 calls, MinCalls, of which 3 failed, at least half).
-	if _, err := srv.Do(t, "CLIENT", "PAUSE", "2000", "ALL"); err != nil {
-		t.Fatal(err)
-	}
+	setTimeout(timeout)
+	proxy.Stall()
 	for n := range 3 {
 		start := time.Now()
 		rec := do(t, h, get("a"))
@@ -230,21 +266,14 @@ func TestBreakerStalledRedis(t *testing.T) {
 		t.Fatalf("with the breaker open: %d more calls reached Redis, %d were kept from it; want 0 and 20", called2-called, kept2)
 	}
 
-	// The pause ends and Redis answers again; after OpenFor a probe goes
+	// The stall ends and Redis answers again; after OpenFor a probe goes
 	// through and closes the breaker: Redis decides again.
-	deadline := time.Now().Add(hung)
-	for {
-		if _, err := srv.Do(t, "PING"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Redis still paused")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	proxy.Resume()
 	if rec := do(t, h, get("a")); rec.Code != 503 {
 		t.Fatalf("before OpenFor has passed: %d, want 503 (still open)", rec.Code)
 	}
+	// The generous timeout again: a busy machine must not fail the probe.
+	setTimeout(healthyTimeout)
 	clock.Advance(300 * time.Millisecond)
 	if rec := do(t, h, get("a")); rec.Code != 200 {
 		t.Fatalf("the probe after OpenFor: %d, want 200 (Redis decides)", rec.Code)

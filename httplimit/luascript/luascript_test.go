@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,16 +18,50 @@ import (
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/failure"
+	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/httplimit"
 	"github.com/floodgatehq/floodgate/httplimit/luascript"
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/memstore"
 )
 
+// healthyTimeout is the failure policy's timeout where Redis is meant to
+// answer, and redisClient's dial timeout: far above any scheduling delay
+// of a loaded machine, so that a healthy call is never cut (and its answer
+// degraded).
+const healthyTimeout = 10 * time.Second
+
+// healthy is the failure policy of the tests where Redis answers: the
+// default one (fail open) with healthyTimeout.
+var healthy = failure.Policy{Timeout: healthyTimeout}
+
+// redisClient returns a go-redis client for addr as the package wants
+// one: context deadlines honoured (the failure policy's timeout bounds
+// every call), no retries, and a dial timeout a loaded machine does not
+// reach.
 func redisClient(t testing.TB, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 50 * time.Millisecond, ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: healthyTimeout, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// serverMillis returns the time of srv's clock, in milliseconds.
+func serverMillis(t testing.TB, srv *redistest.Server) int64 {
+	t.Helper()
+	r, err := srv.Do(t, "TIME")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := r.([]any)
+	if len(v) != 2 {
+		t.Fatalf("TIME = %v", r)
+	}
+	sec, err1 := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
+	usec, err2 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("TIME = %v", r)
+	}
+	return sec*1000 + usec/1000
 }
 
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
@@ -87,20 +122,27 @@ func wantStatus(t testing.TB, rec *httptest.ResponseRecorder, code int) {
 func TestSeedFixedWindow(t *testing.T) {
 	srv := redistest.StartServer(t)
 	h := wrap(t, luascript.Config{
-		Client: redisClient(t, srv.Addr),
-		Name:   "my_protected_pipeline_name",
-		Key:    httplimit.Header("X-User"),
-		Prefix: "my_protected_pipeline_name:",
-		Opts:   []any{10, 60},
+		Client:  redisClient(t, srv.Addr),
+		Name:    "my_protected_pipeline_name",
+		Key:     httplimit.Header("X-User"),
+		Prefix:  "my_protected_pipeline_name:",
+		Opts:    []any{10, 60},
+		Failure: healthy,
 	})
+	before := serverMillis(t, srv)
 	rec := do(t, h, get("12345"))
 	wantStatus(t, rec, 200)
 	wantFields(t, rec, map[string]string{"X-Ratelimit-Limit": "10", "X-Ratelimit-Reset": "60", "X-Ratelimit-Remaining": "9"})
 	if v, err := srv.Do(t, "GET", "my_protected_pipeline_name:12345"); err != nil || v != "1" {
 		t.Errorf("counter = %v, %v; want 1", v, err)
 	}
-	if v, err := srv.Do(t, "PTTL", "my_protected_pipeline_name:12345"); err != nil || v.(int64) <= 55_000 || v.(int64) > 60_000 {
-		t.Errorf("PTTL = %v, %v; want about 60 s", v, err)
+	// The window lasts 60 s from when the script ran, on the server's
+	// clock: between before and after, however long a loaded machine
+	// takes (+1 for the milliseconds TIME truncates).
+	pttl, err := srv.Do(t, "PTTL", "my_protected_pipeline_name:12345")
+	after := serverMillis(t, srv)
+	if n, _ := pttl.(int64); err != nil || n > 60_000 || n < 60_000-(after+1-before) {
+		t.Errorf("PTTL = %v, %v; want 60 s less at most the %d ms since the request", pttl, err, after+1-before)
 	}
 	for n := 2; n <= 10; n++ {
 		rec = do(t, h, get("12345"))
@@ -150,7 +192,7 @@ func TestSeedScriptOutputs(t *testing.T) {
 			map[string]string{"X-Ratelimit-Limit": "10", "X-Ratelimit-Reset": "60", "X-Ratelimit-Remaining": "9"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := wrap(t, luascript.Config{Client: c, Script: tc.script, Headers: luascript.FixedWindowHeaders(), Key: httplimit.Header("X-User")})
+			h := wrap(t, luascript.Config{Client: c, Script: tc.script, Headers: luascript.FixedWindowHeaders(), Key: httplimit.Header("X-User"), Failure: healthy})
 			rec := do(t, h, get("u"))
 			wantStatus(t, rec, 200)
 			wantFields(t, rec, tc.want)
@@ -170,7 +212,8 @@ func TestScriptInput(t *testing.T) {
 			u := r.Header.Get("X-User")
 			return []string{u + ":minute", u + ":hour"}, nil
 		},
-		Opts: []any{20, "600", 5},
+		Opts:    []any{20, "600", 5},
+		Failure: healthy,
 	})
 	rec := do(t, h, get("u1"))
 	wantStatus(t, rec, 429)
@@ -180,7 +223,7 @@ func TestScriptInput(t *testing.T) {
 // TestNoScript checks that a script flushed from Redis is sent again.
 func TestNoScript(t *testing.T) {
 	srv := redistest.StartServer(t)
-	h := wrap(t, luascript.Config{Client: redisClient(t, srv.Addr), Key: httplimit.Header("X-User"), Opts: []any{5, 60}})
+	h := wrap(t, luascript.Config{Client: redisClient(t, srv.Addr), Key: httplimit.Header("X-User"), Opts: []any{5, 60}, Failure: healthy})
 	for n, flush := range []bool{false, true, false} {
 		if flush {
 			if _, err := srv.Do(t, "SCRIPT", "FLUSH"); err != nil {
@@ -194,13 +237,19 @@ func TestNoScript(t *testing.T) {
 }
 
 // TestFailures checks that script errors, malformed replies and an
-// unreachable Redis follow the failure policy, within the timeout.
+// unreachable Redis follow the failure policy, within the timeout. Each
+// fails at once: a loaded machine that lets the short timeout pass first
+// fails it as well, with the same answer.
 func TestFailures(t *testing.T) {
 	const timeout = 50 * time.Millisecond
-	const hung = 5 * time.Second // far above the timeout and any scheduling delay: a request that long hung
+	// Far above the timeout and any scheduling delay of a loaded machine
+	// (seconds): a request that long hung.
+	const hung = 20 * time.Second
 	srv := redistest.StartServer(t)
 	c := redisClient(t, srv.Addr)
-	store, err := memstore.New()
+	// The fallback's time is a manual clock: on the real one, a second
+	// passing between a user's two requests would make Retry-After 59.
+	store, err := memstore.New(memstore.WithClock(floodgatetest.NewManualClock(time.Unix(1_700_000_000, 0))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,11 +321,20 @@ func TestFailures(t *testing.T) {
 		}
 	}
 
-	// Unreachable Redis: stopped mid-test.
+	// Unreachable Redis: stopped mid-test, once the client's connection is
+	// open and the script loaded. Redis decides the requests before the
+	// stop, under a generous timeout (a loaded machine must not turn them
+	// into degraded answers), through limiters of their own on the same
+	// client: the limiters hold no connection.
 	h := map[failure.Mode]http.Handler{}
-	for _, m := range modes {
+	for i, m := range modes {
 		h[m.failure.Mode] = wrap(t, luascript.Config{Client: c, Key: httplimit.Header("X-User"), Opts: []any{5, 60}, Failure: m.failure, Fallback: fallback})
-		wantStatus(t, do(t, h[m.failure.Mode], get("before-stop")), 200)
+		p := m.failure
+		p.Timeout = healthyTimeout
+		before := wrap(t, luascript.Config{Client: c, Key: httplimit.Header("X-User"), Opts: []any{5, 60}, Failure: p, Fallback: fallback})
+		rec := do(t, before, get("before-stop"))
+		wantStatus(t, rec, 200)
+		wantFields(t, rec, map[string]string{"X-Ratelimit-Remaining": fmt.Sprint(4 - i)}) // the script's answer, not a degraded one
 	}
 	srv.Stop(t)
 	for _, m := range modes {
@@ -299,14 +357,14 @@ func TestShadowAndDenied(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := redisClient(t, srv.Addr)
 	deny := `return {"deny", {"1", "30", "0", {"retry-after", "30"}}}`
-	h := wrap(t, luascript.Config{Client: c, Script: deny, Headers: luascript.FixedWindowHeaders(), Key: httplimit.Header("X-User"), Shadow: true})
+	h := wrap(t, luascript.Config{Client: c, Script: deny, Headers: luascript.FixedWindowHeaders(), Key: httplimit.Header("X-User"), Shadow: true, Failure: healthy})
 	rec := do(t, h, get("u"))
 	wantStatus(t, rec, 200)
 	wantFields(t, rec, map[string]string{"Retry-After": "30", "X-Ratelimit-Remaining": "0"})
 	wantStatus(t, do(t, h, get("")), 200) // a key error does not block in shadow mode
 
 	h = wrap(t, luascript.Config{
-		Client: c, Script: deny, Headers: luascript.FixedWindowHeaders(), Key: httplimit.Header("X-User"), Name: "s",
+		Client: c, Script: deny, Headers: luascript.FixedWindowHeaders(), Key: httplimit.Header("X-User"), Name: "s", Failure: healthy,
 		Denied: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			res := httplimit.Decisions(r.Context())
 			w.WriteHeader(http.StatusTeapot)

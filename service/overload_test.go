@@ -61,7 +61,11 @@ func TestOverloadStalledStore(t *testing.T) {
 		t.Run(batchedName(batched), func(t *testing.T) {
 			t.Parallel()
 			proxy := redistest.StartProxy(t, srv.Addr)
-			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 16})
+			// The context (store.timeout) bounds every read, not go-redis's
+			// 3s read timeout: a loaded machine may keep phase 1 (where
+			// nothing must time out) stalled longer than that.
+			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 16,
+				ReadTimeout: clientTimeout, WriteTimeout: clientTimeout})
 			t.Cleanup(func() { c.Close() })
 			// Two calls in flight fill the bound: without batching, a
 			// bound of 2 calls; with it, 2 batches (a quarter of 8
@@ -95,9 +99,9 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 			}
 			// Every connection the test will use is open before the
 			// stall: a connection dialed through the stalled proxy would
-			// fail its handshake after the client's read timeout (3s) and
-			// end its call early, so that on a slow machine the queue
-			// drained before the test saw it full.
+			// wait on its handshake, not on the store, and could fail it
+			// (and end its call early) at a read timeout, so that the
+			// queue drained before the test saw it full.
 			warmPool(t, c, 16)
 
 			type answer struct {
@@ -218,7 +222,12 @@ overload: {max_inflight: %d, max_queue: %d, queue_wait: %s}
 			t.Logf("phase 2: %d callers: %d refused (backpressure; %d of them cut while callers queued), %d fail-open after a store timeout", len(many), overloaded, cut, degraded)
 
 			// Resumed: the store decides again (the timed-out connections
-			// are replaced).
+			// are replaced). The timeouts are a minute again first: a
+			// call that must be decided by the store has no short
+			// store.timeout to miss on a loaded machine.
+			if err := svc.Reload(mustParse(t, config(time.Minute, time.Minute))); err != nil {
+				t.Fatal(err)
+			}
 			waitFor(t, "a decision by the store after Resume", func() bool {
 				v, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "after"}})
 				return err == nil && !v.Items[0].Decision.Degraded
@@ -234,7 +243,12 @@ func TestOverloadFailurePolicyMode(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 2})
+	// A minute's read timeout (not go-redis's 3s): the first call, dialed
+	// through the stalled proxy, stays in flight until Resume however long
+	// a loaded machine takes to queue the others; failed at 3s, it would
+	// free the bound and let them through to the store.
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 2,
+		ReadTimeout: clientTimeout, WriteTimeout: clientTimeout})
 	t.Cleanup(func() { c.Close() })
 	const cfg = `
 policies: {fw: "fixed_window 1000000/1h"}
@@ -481,14 +495,20 @@ overload: {max_inflight: 1, max_queue: 4, queue_wait: 1m}
 
 // stalledStore is a store that, while stalled, answers no call until its
 // context ends (as a Redis that stopped answering), then fails with the
-// context's error.
+// context's error. A stalled call first takes its turn: a value sent on
+// turn, or turn closed. The test hands out turns, so that it decides when
+// and in which order calls are cut, whatever the machine's speed (a
+// call's context ends store.timeout after it was sent, but no call
+// returns before its turn).
 type stalledStore struct {
 	floodgate.Store
 	stalled atomic.Bool
+	turn    chan struct{}
 }
 
 func (s *stalledStore) Take(ctx context.Context, req floodgate.Request) (floodgate.Decision, error) {
 	if s.stalled.Load() {
+		<-s.turn
 		<-ctx.Done()
 		return floodgate.Decision{}, fmt.Errorf("%w: stalled: %w", floodgate.ErrUnavailable, ctx.Err())
 	}
@@ -514,12 +534,23 @@ func (s stalledBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Reque
 // queued behind them, the last 2 see none. With batching (8 decisions in
 // 2 batches), at least the first cut sees the queue; the rest go in a
 // later batch.
+//
+// No call is cut before the test lets it (stalledStore's turns): every
+// caller is in flight or queued first, and without batching the calls are
+// cut one at a time, each once the one before it has returned and a
+// queued caller took its slot. On a loaded machine a goroutine may stall
+// for seconds, far longer than store.timeout: left to the clock, a call
+// would be cut before the queue filled, or two cuts would see the same
+// last queued caller, and the counts below would not be exact.
 func TestOverloadCutWhileQueued(t *testing.T) {
 	for _, mode := range []string{"backpressure", "failure_policy"} {
 		for _, batched := range []bool{false, true} {
 			t.Run(mode+"/"+batchedName(batched), func(t *testing.T) {
 				t.Parallel()
-				stalled := &stalledStore{Store: newMem(t, storekit.SystemClock{})}
+				stalled := &stalledStore{Store: newMem(t, storekit.SystemClock{}), turn: make(chan struct{})}
+				var letAll sync.Once
+				cutAll := func() { letAll.Do(func() { close(stalled.turn) }) }
+				t.Cleanup(cutAll) // a test that failed early leaves no call waiting
 				var st floodgate.Store = stalled
 				if batched {
 					st = stalledBatchStore{stalled}
@@ -557,6 +588,22 @@ overload: {mode: %s, max_inflight: %d, max_queue: 16, queue_wait: 1m}
 						waitFor(t, "a call in flight", func() bool { in, q := service.Bound(svc); return in == i+1 && q == 0 })
 					} else {
 						waitFor(t, "a call queued", func() bool { _, q := service.Bound(svc); return q == i-1 })
+					}
+				}
+				if batched {
+					cutAll()
+				} else {
+					// One cut at a time: the k-th sees 4-k callers queued
+					// (none from the fifth on); wait until its slot went to
+					// the next queued caller before the next cut.
+					for k := range len(answers) {
+						stalled.turn <- struct{}{}
+						if q := len(answers) - 2 - (k + 1); q >= 0 {
+							waitFor(t, "a cut call's slot taken by a queued caller", func() bool {
+								in, queued := service.Bound(svc)
+								return in == 2 && queued == q
+							})
+						}
 					}
 				}
 				wg.Wait()

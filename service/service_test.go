@@ -221,9 +221,13 @@ func newMem(t *testing.T, clock storekit.Clock) *memstore.Store {
 }
 
 // mustParse parses a configuration in floodgate's format. Unless it sets
-// store.timeout, the timeout is a minute instead of 50ms: no test here is
-// about timeouts, and on a busy machine a batch may wait longer than 50ms
-// for its turn, which would hand the request to the failure mode.
+// store.timeout, the timeout is a minute instead of 50ms; unless it sets
+// overload.queue_wait, the queue's wait is a minute instead of 500ms. No
+// test here is about those defaults, and on a busy machine (two suites at
+// once on 2 cores, under -race: any goroutine may stall for 2-3 s) a batch
+// may wait longer than 50ms for its turn, or a queued caller longer than
+// 500ms for a batch, which would hand the request to the failure mode or
+// refuse it (ErrOverloaded). A minute is only a hang check.
 func mustParse(t *testing.T, yaml string) *config.Config {
 	t.Helper()
 	cfg, err := parse(yaml)
@@ -232,6 +236,9 @@ func mustParse(t *testing.T, yaml string) *config.Config {
 	}
 	if !strings.Contains(yaml, "timeout:") {
 		cfg.Store.Timeout = time.Minute
+	}
+	if !strings.Contains(yaml, "queue_wait:") {
+		cfg.Overload.QueueWait = time.Minute
 	}
 	return cfg
 }
@@ -622,12 +629,20 @@ func redisService(t *testing.T, c redis.UniversalClient, yaml string, clock stor
 }
 
 // redisClient returns a client of srv without retries (a retried script
-// could count twice), closed at the end of the test.
+// could count twice), closed at the end of the test. Its reads and writes
+// wait up to a minute (clientTimeout), not go-redis's 3s.
 func redisClient(t *testing.T, srv *redistest.Server) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1,
+		ReadTimeout: clientTimeout, WriteTimeout: clientTimeout})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// clientTimeout is the read and write timeout of the tests' Redis
+// clients: a hang check only. go-redis's default, 3s, fails a round trip
+// that a loaded machine (two suites at once on 2 cores, under -race)
+// stalls that long, and the failure mode would answer a healthy call.
+const clientTimeout = time.Minute
 
 // TestExactUnderConcurrencyRedis: exactness on one redis-server, the
 // service batching through redisstore's pipelines.
@@ -646,7 +661,7 @@ func TestExactUnderConcurrencyRedis(t *testing.T) {
 func TestExactUnderConcurrencyRedisCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout})
 	t.Cleanup(func() { c.Close() })
 	svc, _ := redisService(t, c, exactConfig, nil)
 	testExact(t, svc)
@@ -674,7 +689,7 @@ func TestExactUnderConcurrencyRedisCounters(t *testing.T) {
 	t.Run("Cluster", func(t *testing.T) {
 		t.Parallel()
 		cl := redistest.StartCluster(t, 3)
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1})
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, ReadTimeout: clientTimeout, WriteTimeout: clientTimeout})
 		t.Cleanup(func() { c.Close() })
 		svc, _ := redisService(t, c, cfg, clock, opts...)
 		testExact(t, svc)
@@ -1292,9 +1307,14 @@ func TestRedisDown(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	clock := floodgatetest.NewManualClock(time.Now())
+	// No call here needs store.timeout to end it: a killed server refuses
+	// connections at once. A minute is a hang check only; a short timeout
+	// could cut a healthy call on a loaded machine (the first one, or the
+	// one after the restart, which loads the function library again) and
+	// answer it from the failure mode.
 	const cfg = `
 policies: {fw: "fixed_window 5/1h align first"}
-store: {timeout: 5s}
+store: {timeout: 1m}
 failure: {mode: closed, retry_after: 3s}
 `
 	svc, _ := redisService(t, redisClient(t, srv), cfg, clock)

@@ -45,12 +45,23 @@ func newBudgetAPI(t *testing.T, conf string, at time.Time) *testAPI {
 	return newBudgetAPIOn(t, conf, store, clock)
 }
 
-// newBudgetAPIOn serves conf on store.
+// newBudgetAPIOn serves conf on store. Unless conf sets them, store.timeout
+// and overload.queue_wait are a minute instead of 50ms and 500ms: on a
+// loaded machine (two suites at once on 2 cores, under -race) a call to a
+// real Redis (the first one loads its function library) may take longer
+// than 50ms, and the failure mode would answer it, or a batched request
+// wait longer than 500ms, and be refused. A minute is only a hang check.
 func newBudgetAPIOn(t *testing.T, conf string, store floodgate.Store, clock *floodgatetest.ManualClock) *testAPI {
 	t.Helper()
 	cfg, err := config.Parse(config.Source{Name: "floodgate.yaml", Data: []byte(conf)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(conf, "timeout:") {
+		cfg.Store.Timeout = time.Minute
+	}
+	if !strings.Contains(conf, "queue_wait:") {
+		cfg.Overload.QueueWait = time.Minute
 	}
 	svc, err := service.New(cfg, service.Options{Store: store, Clock: clock, Logger: quietLogger()})
 	if err != nil {
@@ -130,7 +141,10 @@ func TestProjectVectorsOverHTTPRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := redistest.StartServer(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1})
+	// Reads and writes wait up to a minute (a hang check), not go-redis's
+	// 3s, which a loaded machine may keep a round trip stalled for.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	t.Cleanup(func() { c.Close() })
 	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
 	store, err := redisstore.New(c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix("hv"))

@@ -137,9 +137,10 @@ func TestStoreMisconfiguration(t *testing.T) {
 	_ = port
 
 	t.Run("TLS with the CA and a client certificate: decides", func(t *testing.T) {
-		// A generous timeout: a busy machine's TLS handshake must not
-		// degrade the decision this checks.
-		path := writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore:\n  timeout: 2s\n  url: rediss://"+tlsSrv.TLSAddr+
+		// A timeout of a minute: a busy machine's TLS handshake, or a
+		// goroutine stalled for seconds, must not degrade the decision
+		// this checks.
+		path := writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore:\n  timeout: 1m\n  url: rediss://"+tlsSrv.TLSAddr+
 			"\n  tls: {ca_file: "+certs.CAFile+", cert_file: "+certs.ClientCert+", key_file: "+certs.ClientKey+"}\n")
 		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...), "--config", path)...)
 		defer s.stop()

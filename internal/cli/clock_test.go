@@ -20,9 +20,13 @@ func TestStoreClock(t *testing.T) {
 		wantTime bool
 	}{{"", true}, {"redis", true}, {"service", false}} {
 		t.Run("clock="+tc.clock, func(t *testing.T) {
-			body := "policies:\n  api: \"fixed_window 1000/1h align first\"\n"
+			// A store timeout of a minute: the default's 50 ms can cut a
+			// call before it is sent on a loaded machine (a goroutine
+			// stalled for seconds), and each of the 10 decisions must
+			// reach Redis as an FCALL.
+			body := "policies:\n  api: \"fixed_window 1000/1h align first\"\nstore:\n  timeout: 1m\n"
 			if tc.clock != "" {
-				body += "store:\n  clock: " + tc.clock + "\n"
+				body += "  clock: " + tc.clock + "\n"
 			}
 			conf := writeFile(t, "floodgate.yaml", body)
 			s := startServe(t, nil, "--config", conf, "--redis", "redis://"+srv.Addr)

@@ -573,18 +573,67 @@ func TestIdleFlood(t *testing.T) {
 	}
 }
 
+// closedAt reads c in the background until the server closes it and
+// sends when it saw the close, or the zero time if c was still open at
+// limit.
+func closedAt(c net.Conn, limit time.Time) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		c.SetReadDeadline(limit)
+		_, err := io.Copy(io.Discard, c)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			ch <- time.Time{}
+			return
+		}
+		ch <- time.Now()
+	}()
+	return ch
+}
+
+// The timeouts the listeners fall back on (config.DefaultReadHeaderTimeout
+// for HTTP's header and gRPC's preface, config.DefaultReadTimeout) are what
+// the tests below tell the configured values from. The read_header_timeout
+// they configure is above its default, so that no stall can fail them: the
+// server cannot close the connection before the configured 12 s, so a close
+// seen before 11 s (with the default's 10 s, on an idle machine) is the
+// default's, however late a loaded machine sees it; the close itself is
+// waited for 30 s more, a hang's bound. A timeout configured below the
+// default would need a bound on how soon the close is seen, which a
+// goroutine stalled for seconds can miss.
+const (
+	configuredHeaderTimeout = 12 * time.Second
+	defaultHeaderClose      = 11 * time.Second // the default's 10 s, and a second
+)
+
+// wantHeaderTimeout checks that a connection opened at start was closed by
+// the configured read_header_timeout (configuredHeaderTimeout): not before
+// the default would have closed it, and not never.
+func wantHeaderTimeout(t *testing.T, what string, start time.Time, closed <-chan time.Time) {
+	t.Helper()
+	at := <-closed
+	switch {
+	case at.IsZero():
+		t.Errorf("%s: the connection was still open %v after it was opened", what, configuredHeaderTimeout+30*time.Second)
+	case at.Before(start.Add(defaultHeaderClose)):
+		t.Errorf("%s: the connection was closed after %v, before the configured %v: the default's timeout",
+			what, at.Sub(start).Round(time.Millisecond), configuredHeaderTimeout)
+	}
+}
+
 // TestHTTPServerBounds: the HTTP listener enforces limits.max_header_bytes
 // (431), read_header_timeout, read_timeout and idle_timeout (the
-// connection is closed). Each timeout is configured far below its default,
-// and the test waits for the close for at most half the default: only the
-// configured value can close it in time.
+// connection is closed). read_header_timeout is configured above its
+// default (see configuredHeaderTimeout); read_timeout and idle_timeout far
+// below theirs, and the close is waited for far longer than they take
+// (a hang's bound) yet well short of the default.
 func TestHTTPServerBounds(t *testing.T) {
+	t.Parallel() // it waits some 12 s for read_header_timeout
 	conf := writeFile(t, "floodgate.yaml", `policies:
   api: "gcra 10/1s"
 limits:
   max_header_bytes: 4096
-  read_header_timeout: 200ms
-  read_timeout: 300ms
+  read_header_timeout: 12s
+  read_timeout: 12s
   idle_timeout: 1s
 `)
 	s := startServe(t, nil, "--config", conf)
@@ -597,15 +646,21 @@ limits:
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	// closedWithin reads until the server closes c, failing after d.
-	closedWithin := func(what string, c net.Conn, d time.Duration) {
-		t.Helper()
-		c.SetReadDeadline(time.Now().Add(d))
-		_, err := io.Copy(io.Discard, c)
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			t.Errorf("%s: the connection was still open after %s", what, d)
-		}
-	}
+
+	// A header that never ends: closed by read_header_timeout (12 s), not
+	// by the default's 10 s.
+	headerStart := time.Now()
+	c := dial()
+	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
+	headerClosed := closedAt(c, headerStart.Add(configuredHeaderTimeout+30*time.Second))
+
+	// A body that never comes: closed by read_timeout (12 s) within 25 s,
+	// 13 s above it for a loaded machine and 5 s short of the default's
+	// 30 s.
+	bodyStart := time.Now()
+	c = dial()
+	fmt.Fprint(c, "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	bodyClosed := closedAt(c, bodyStart.Add(25*time.Second))
 
 	// A header over max_header_bytes: 431.
 	req, _ := http.NewRequest("GET", "http://"+s.http+"/healthz", nil)
@@ -618,16 +673,6 @@ limits:
 	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("a header of 8 KiB: %d, want 431", res.StatusCode)
 	}
-
-	// A header that never ends.
-	c := dial()
-	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
-	closedWithin("read_header_timeout", c, 5*time.Second)
-
-	// A body that never comes.
-	c = dial()
-	fmt.Fprint(c, "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
-	closedWithin("read_timeout", c, 15*time.Second)
 
 	// An idle keep-alive connection.
 	c = dial()
@@ -647,6 +692,11 @@ limits:
 		t.Error("idle_timeout: the server sent something on an idle connection")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Error("idle_timeout: the connection was still open after a minute")
+	}
+
+	wantHeaderTimeout(t, "read_header_timeout", headerStart, headerClosed)
+	if at := <-bodyClosed; at.IsZero() {
+		t.Errorf("read_timeout: the connection was still open after 25s")
 	}
 }
 
@@ -704,23 +754,44 @@ func (h *h2conn) next(t *testing.T, d time.Duration, keep func(http2.Frame) bool
 // the limits section; a client pinging more often than
 // keepalive_min_time is sent away (GOAWAY ENHANCE_YOUR_CALM); a
 // connection without calls is closed after idle_timeout (GOAWAY), and one
-// that never says its preface after read_header_timeout. As for HTTP, the
-// timeouts are configured far below their defaults and waited for at most
-// half the default.
+// that never says its preface after read_header_timeout. As for HTTP,
+// read_header_timeout is configured above its default (see
+// configuredHeaderTimeout), idle_timeout far below its default and waited
+// for at most half the default.
 func TestGRPCServerBounds(t *testing.T) {
+	t.Parallel() // it waits some 12 s for read_header_timeout
+	// Two services: the pings' connection would be closed for idling
+	// (GOAWAY NO_ERROR) before its pings if the test stalled for longer
+	// than a short idle_timeout, so the service it pings has a long one.
 	conf := writeFile(t, "floodgate.yaml", `policies:
   api: "gcra 10/1s"
 limits:
   max_header_bytes: 8192
   max_concurrent_streams: 7
-  read_header_timeout: 200ms
-  idle_timeout: 1s
+  idle_timeout: 1h
   keepalive_min_time: 1m
 `)
 	s := startServe(t, nil, "--config", conf)
+	idleConf := writeFile(t, "floodgate.yaml", `policies:
+  api: "gcra 10/1s"
+limits:
+  read_header_timeout: 12s
+  idle_timeout: 1s
+`)
+	idle := startServe(t, nil, "--config", idleConf)
+
+	// No preface at all: closed after read_header_timeout (12 s), not the
+	// default's 10 s (gRPC's own default handshake deadline is 2m).
+	prefaceStart := time.Now()
+	c, err := net.Dial("tcp", idle.grpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	prefaceClosed := closedAt(c, prefaceStart.Add(configuredHeaderTimeout+30*time.Second))
 
 	h := dialH2(t, s.grpc)
-	f := h.next(t, 10*time.Second, func(f http2.Frame) bool {
+	f := h.next(t, 30*time.Second, func(f http2.Frame) bool { // 30 s: a hang's bound
 		sf, ok := f.(*http2.SettingsFrame)
 		return ok && !sf.IsAck()
 	})
@@ -738,30 +809,18 @@ limits:
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	goaway := h.next(t, 10*time.Second, func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
+	goaway := h.next(t, 30*time.Second, func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
 	if g, ok := goaway.(*http2.GoAwayFrame); !ok || g.ErrCode != http2.ErrCodeEnhanceYourCalm || string(g.DebugData()) != "too_many_pings" {
 		t.Errorf("after pings too often: %v, want GOAWAY ENHANCE_YOUR_CALM too_many_pings", goaway)
 	}
 
 	// An idle connection: GOAWAY after idle_timeout (the default is 2m).
-	h = dialH2(t, s.grpc)
+	h = dialH2(t, idle.grpc)
 	if f := h.next(t, time.Minute, func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }); f == nil {
 		t.Error("an idle connection was closed without GOAWAY")
 	}
 
-	// No preface at all: closed after read_header_timeout (the default of
-	// gRPC's handshake is 2m; ours 10s).
-	c, err := net.Dial("tcp", s.grpc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.Copy(io.Discard, c); err != nil {
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			t.Error("a connection without a preface was still open after 5s")
-		}
-	}
+	wantHeaderTimeout(t, "a connection without a preface", prefaceStart, prefaceClosed)
 }
 
 // TestMetadataBomb: a call whose metadata is far over max_header_bytes is

@@ -24,8 +24,12 @@ import (
 
 // client returns a go-redis client of srv without retries (a retried
 // script could count twice), closed at the end of the test.
+// client is a client of srv that sends a command once and reads its
+// reply for up to clientRead: go-redis's 3 s would fail a healthy call on
+// a machine that stalled the test for longer.
 func client(t testing.TB, srv *redistest.Server) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1,
+		ReadTimeout: clientRead, WriteTimeout: clientRead})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -41,6 +45,7 @@ func client(t testing.TB, srv *redistest.Server) *redis.Client {
 const (
 	clientWait = 5 * time.Second
 	hung       = 15 * time.Second
+	clientRead = time.Minute
 )
 
 // patient is a client of srv with clientWait's timeouts, no retries
@@ -52,8 +57,9 @@ func patient(t testing.TB, srv *redistest.Server, poolSize int) *redis.Client {
 	return c
 }
 
+// clusterClient is client's twin for a Cluster.
 func clusterClient(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, ReadTimeout: clientRead, WriteTimeout: clientRead})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

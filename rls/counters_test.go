@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/redisstore"
@@ -22,8 +20,7 @@ func countersEngine(srv *redistest.Server) newEngine {
 	return func(t testing.TB, files ...string) (*rls.Engine, *floodgatetest.ManualClock) {
 		t.Helper()
 		n++
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1})
-		t.Cleanup(func() { c.Close() })
+		c := redisClient(t, srv)
 		clock := floodgatetest.NewManualClock(time.Unix(1714825800, 0))
 		store, err := redisstore.New(c, redisstore.WithPrefix(fmt.Sprintf("cnt%d", n)), redisstore.WithClock(clock),
 			redisstore.WithMinTTL(time.Hour), redisstore.WithCounters())
@@ -35,7 +32,6 @@ func countersEngine(srv *redistest.Server) newEngine {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Store.Timeout = 10 * time.Second // decisions, not a loaded machine's speed, are tested
 		return engineOn(t, cfg, store, clock), clock
 	}
 }

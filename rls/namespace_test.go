@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgatehq/floodgate/config"
+	"github.com/floodgatehq/floodgate/floodgatetest"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/rls"
@@ -34,12 +36,14 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := memstore.New()
+	// A clock that stands still: no hour ends between the calls.
+	clock := floodgatetest.NewManualClock(time.Unix(1714825800, 0))
+	store, err := memstore.New(memstore.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	svc, err := service.New(cfg, service.Options{Store: store})
+	svc, err := service.New(cfg, service.Options{Store: store, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

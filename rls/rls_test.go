@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/floodgatetest"
+	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
@@ -95,9 +98,29 @@ func newService(t testing.TB, files ...string) (*rls.Engine, *floodgatetest.Manu
 	return engineOn(t, cfg, store, clock), clock
 }
 
+// redisClient is a client of srv that sends a decision once and reads its
+// reply for up to a minute: go-redis's 3 s would fail a call that a
+// loaded machine held up.
+func redisClient(t testing.TB, srv *redistest.Server) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // engineOn returns the engine of cfg deciding on store, timed by clock.
+// Unless cfg sets them, store.timeout and overload.queue_wait are a
+// minute, not 50ms and 500ms: the tests are about decisions, and a loaded
+// machine may hold a call up for seconds (the first also loads Redis's
+// library), which would hand it to the failure mode.
 func engineOn(t testing.TB, cfg *config.Config, store floodgate.Store, clock storekit.Clock) *rls.Engine {
 	t.Helper()
+	if cfg.Store.Timeout == 0 {
+		cfg.Store.Timeout = time.Minute
+	}
+	if cfg.Overload.QueueWait == 0 {
+		cfg.Overload.QueueWait = time.Minute
+	}
 	svc, err := service.New(cfg, service.Options{Store: store, Clock: clock})
 	if err != nil {
 		t.Fatal(err)

@@ -66,7 +66,10 @@ func TestRedis(t *testing.T) {
 	}
 
 	srv := redistest.StartServer(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1})
+	// A minute's read timeout, not go-redis's 3 s: a loaded machine must
+	// not fail a call the test expects an answer to.
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1,
+		ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	defer c.Close()
 	clock = floodgatetest.NewManualClock(at)
 	rs, err := redisstore.New(c, redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour))

@@ -116,7 +116,9 @@ func TestBatchErrorIsolated(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newStore(t, client(t, srv), redisstore.WithPrefix("iso"))
 	ctx := context.Background()
-	p := floodgate.Policy{Name: "iso", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour}
+	// A window from the first decision: an hour's end on the clock would
+	// reset the counts the test compares.
+	p := floodgate.Policy{Name: "iso", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour, Align: floodgate.AlignFirst}
 	if _, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "bad", N: 1}); err != nil {
 		t.Fatal(err)
 	}

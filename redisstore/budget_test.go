@@ -63,8 +63,10 @@ func TestGroupTwoProcesses(t *testing.T) {
 	srv := redistest.StartServer(t)
 	a, b := newStore(t, client(t, srv)), newStore(t, client(t, srv))
 	ctx := context.Background()
-	// One fixed window per policy that the test cannot leave: hours long.
-	p1, p2 := mustPolicy(t, "p1", "fixed_window 100/24h"), mustPolicy(t, "p2", "sliding_window 70/24h resolution 1h")
+	// One window per policy that the test cannot leave: a day long, the
+	// fixed one from the first decision (midnight would end one aligned to
+	// the clock).
+	p1, p2 := mustPolicy(t, "p1", "fixed_window 100/24h align first"), mustPolicy(t, "p2", "sliding_window 70/24h resolution 1h")
 	req := func() floodgate.Request {
 		return floodgate.Request{Policy: &p1, Key: "k", N: 1, Group: []floodgate.Request{{Policy: &p2, Key: "k"}}}
 	}
@@ -205,7 +207,9 @@ func TestReserveSettleTwoProcesses(t *testing.T) {
 	srv := redistest.StartServer(t)
 	a, b := newStore(t, client(t, srv)), newStore(t, client(t, srv))
 	ctx := context.Background()
-	tb, fw := mustPolicy(t, "tb", "token_bucket 200/24h burst 200"), mustPolicy(t, "fw", "fixed_window 150/24h")
+	// The fixed window from the first decision: midnight would end one
+	// aligned to the clock.
+	tb, fw := mustPolicy(t, "tb", "token_bucket 200/24h burst 200"), mustPolicy(t, "fw", "fixed_window 150/24h align first")
 	group := func() floodgate.Request {
 		return floodgate.Request{Policy: &tb, Key: "k", N: 3, Group: []floodgate.Request{{Policy: &fw, Key: "k"}}}
 	}
@@ -280,7 +284,9 @@ func TestHashTagLayout(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	s := newStore(t, clusterClient(t, cl))
 	ctx := context.Background()
-	p := floodgate.Policy{Name: "ht", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, HashTag: true, Track: true}
+	// A window from the first decision: an hour's end on the clock would
+	// reset the counts the test compares.
+	p := floodgate.Policy{Name: "ht", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, Align: floodgate.AlignFirst, HashTag: true, Track: true}
 	keys := []string{"{org7}", "{org7}user3", "{org7}user9", "org7", "{org7}}", "{org7}{x}%", "{}a", "{"}
 	for i, key := range keys {
 		for j := 0; j <= i; j++ {

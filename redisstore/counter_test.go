@@ -75,14 +75,23 @@ func TestCounters(t *testing.T) {
 	base := time.UnixMicro(floodgatetest.BaseMicros) // a multiple of every window here
 	clock := floodgatetest.NewManualClock(base)
 	s := newStore(t, c, redisstore.WithClock(clock), redisstore.WithCounters(), redisstore.WithPrefix("ct"))
+	// The clock is the test's, but a counter's TTL runs on the server's:
+	// steps of a few seconds of the clock, which a loaded machine may take
+	// longer to send than such a counter lives, run on long, whose
+	// counters live an hour at least.
+	long := newStore(t, c, redisstore.WithClock(clock), redisstore.WithCounters(), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix("ct"))
 	at := func(us int64) { clock.SetMicros(floodgatetest.BaseMicros + us) }
-	take := func(t *testing.T, p *floodgate.Policy, key string, n int64, peek bool) floodgate.Decision {
+	takeOn := func(t *testing.T, s *redisstore.Store, p *floodgate.Policy, key string, n int64, peek bool) floodgate.Decision {
 		t.Helper()
 		d, err := s.Take(ctx, floodgate.Request{Policy: p, Key: key, N: n, Peek: peek})
 		if err != nil {
 			t.Fatalf("Take(%s, n=%d, peek=%v): %v", key, n, peek, err)
 		}
 		return d
+	}
+	take := func(t *testing.T, p *floodgate.Policy, key string, n int64, peek bool) floodgate.Decision {
+		t.Helper()
+		return takeOn(t, s, p, key, n, peek)
 	}
 
 	t.Run("NeedsClock", func(t *testing.T) {
@@ -93,7 +102,9 @@ func TestCounters(t *testing.T) {
 	})
 
 	t.Run("NativeCommands", func(t *testing.T) {
-		p := counterPolicy("native", 5, 10*time.Second)
+		// An hour's window, 3 s into it: the counter lives to the
+		// window's end, 3,597 s on, however slowly the steps are sent.
+		p := counterPolicy("native", 5, time.Hour)
 		at(3_000_000)
 		fcalls, evals, incrs, gets := srv.Calls(t, "fcall")+srv.Calls(t, "fcall_ro"), srv.Calls(t, "evalsha")+srv.Calls(t, "eval"), srv.Calls(t, "incrby"), srv.Calls(t, "get")
 		take(t, &p, "k{1}", 2, false)
@@ -122,16 +133,16 @@ func TestCounters(t *testing.T) {
 			t.Errorf("%d GET for 2 peeks", d)
 		}
 		// The key: the policy, the key escaped in its hash tag, the window's
-		// index; the count; a TTL to the window's end (7 s from now).
-		key := fmt.Sprintf("ct:native:{k%%7B1%%7D}:c%d", (floodgatetest.BaseMicros+3_000_000)/10_000_000)
+		// index; the count; a TTL to the window's end (3,597 s from now).
+		key := fmt.Sprintf("ct:native:{k%%7B1%%7D}:c%d", (floodgatetest.BaseMicros+3_000_000)/3_600_000_000)
 		if v := srv.Must(t, "GET", key); v != "3" {
 			t.Errorf("GET %s = %v, want 3", key, v)
 		}
 		// PTTL counts down in real time since that PEXPIRE, however long
 		// a loaded machine took to get here.
 		ttl := srv.Must(t, "PTTL", key).(int64)
-		if least := 7_000 - time.Since(sent).Milliseconds() - 1; ttl < least || ttl > 7_000 {
-			t.Errorf("PTTL %s = %d ms, want the window's end, 7,000 ms from the decision (at least %d ms now)", key, ttl, least)
+		if least := 3_597_000 - time.Since(sent).Milliseconds() - 1; ttl < least || ttl > 3_597_000 {
+			t.Errorf("PTTL %s = %d ms, want the window's end, 3,597,000 ms from the decision (at least %d ms now)", key, ttl, least)
 		}
 		// Reset deletes it.
 		if err := s.Reset(ctx, &p, "k{1}"); err != nil {
@@ -145,42 +156,44 @@ func TestCounters(t *testing.T) {
 	t.Run("NoRule1", func(t *testing.T) {
 		// Within a window, a step stamped earlier counts with its own
 		// reset_after; in an earlier window, in that window's counter.
+		// On long: the counters outlive the steps.
 		p := counterPolicy("back", 3, 10*time.Second)
 		at(25_000_000)
-		if d := take(t, &p, "k", 2, false); d.Remaining != 1 || d.ResetAfter != 5*time.Second {
+		if d := takeOn(t, long, &p, "k", 2, false); d.Remaining != 1 || d.ResetAfter != 5*time.Second {
 			t.Fatalf("add 2 at 25 s: %+v", d)
 		}
 		at(22_000_000)
-		if d := take(t, &p, "k", 1, false); !d.Allowed || d.Remaining != 0 || d.ResetAfter != 8*time.Second {
+		if d := takeOn(t, long, &p, "k", 1, false); !d.Allowed || d.Remaining != 0 || d.ResetAfter != 8*time.Second {
 			t.Errorf("add 1 at 22 s, after one at 25 s: %+v, want allowed, remaining 0, reset_after 8 s (rule 1 would say 5 s)", d)
 		}
 		at(15_000_000)
-		if d := take(t, &p, "k", 1, false); !d.Allowed || d.Remaining != 2 || d.ResetAfter != 5*time.Second {
+		if d := takeOn(t, long, &p, "k", 1, false); !d.Allowed || d.Remaining != 2 || d.ResetAfter != 5*time.Second {
 			t.Errorf("add 1 at 15 s, in the window before: %+v, want allowed, remaining 2, reset_after 5 s (its own window)", d)
 		}
 		at(26_000_000)
-		if d := take(t, &p, "k", 1, true); d.Allowed || d.RetryAfter != 4*time.Second {
+		if d := takeOn(t, long, &p, "k", 1, true); d.Allowed || d.RetryAfter != 4*time.Second {
 			t.Errorf("peek at 26 s: %+v, want denied for 4 s (3 of 3 counted in this window)", d)
 		}
 	})
 
 	t.Run("Saturation", func(t *testing.T) {
+		// On long: the counter outlives the steps.
 		p := counterPolicy("sat", 10, 10*time.Second)
 		at(41_000_000)
 		key := fmt.Sprintf("ct:sat:{k}:c%d", (floodgatetest.BaseMicros+41_000_000)/10_000_000)
-		srv.Must(t, "SET", key, "9223372036854775000", "PX", "60000")
-		d := take(t, &p, "k", floodgate.MaxCost, false)
+		srv.Must(t, "SET", key, "9223372036854775000", "PX", "3600000")
+		d := takeOn(t, long, &p, "k", floodgate.MaxCost, false)
 		if d.Allowed || d.RetryAfter != floodgate.Never {
 			t.Errorf("add of MaxCost past INCRBY's range: %+v, want denied for ever", d)
 		}
-		if d := take(t, &p, "k", 1, false); d.Allowed || d.RetryAfter != 9*time.Second || d.Remaining != 0 {
+		if d := takeOn(t, long, &p, "k", 1, false); d.Allowed || d.RetryAfter != 9*time.Second || d.Remaining != 0 {
 			t.Errorf("add 1 on the saturated count: %+v, want denied for 9 s", d)
 		}
 		if v := srv.Must(t, "GET", key); v != "9223372036854775001" {
 			t.Errorf("the count is %v, want the add of 1 only", v)
 		}
 		// A refund takes from 2^53-1, the twin's saturated count.
-		d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: floodgate.MaxCost - 5, Refund: true})
+		d, err := long.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: floodgate.MaxCost - 5, Refund: true})
 		if err != nil || !d.Allowed || d.Remaining != 4 {
 			t.Errorf("refund of 2^53-6 from the saturated count: %+v, %v; want 5 left: allowed, remaining 4", d, err)
 		}

@@ -35,7 +35,7 @@ func longLived(t *testing.T) []floodgate.Policy {
 	return parsePolicies(t, []string{
 		"sliding_window 3/2h resolution 30m, 5/10h resolution 1h track",
 		"ar1 3/1h decay 2 track",
-		"fixed_window 3/2h track",
+		"fixed_window 3/2h align first track", // aligned to the clock, a window ends every 2 h
 		"token_bucket 4/2h burst 2 track",
 		"sliding_log 3/2h min_interval 10ms track",
 		"gcra 4/1h burst 2 track retention 5h",

@@ -99,7 +99,8 @@ func TestConcurrentClients(t *testing.T) {
 	srv := redistest.StartServer(t)
 	var stores []*redisstore.Store
 	for i := 0; i < 8; i++ {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, PoolSize: 32})
+		// hammer fails on any error: replies are read for up to clientRead.
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, PoolSize: 32, ReadTimeout: clientRead, WriteTimeout: clientRead})
 		t.Cleanup(func() { c.Close() })
 		stores = append(stores, newStore(t, c))
 	}
@@ -201,7 +202,10 @@ func TestConcurrentClients(t *testing.T) {
 // missing did not run, and is sent again with the script's source), and
 // nothing is counted twice: the count in Redis equals the adds that
 // succeeded, single and batched. Peeks run meanwhile and fail neither.
-// The library is back once the run is over.
+// The library is back once the run is over. The store is preloaded, so
+// that an EVAL is a call a flush hit, and after each flush the test waits
+// until the server has run a worker's command, however slowly the workers
+// run: the first flush is hit at least.
 func TestFlushUnderLoad(t *testing.T) {
 	for _, tc := range []struct {
 		path    string
@@ -214,8 +218,30 @@ func TestFlushUnderLoad(t *testing.T) {
 		t.Run(tc.path, func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			s := newStore(t, client(t, srv), tc.opts...)
-			p := floodgate.Policy{Name: "flush", Algorithm: floodgate.FixedWindow, Max: floodgate.MaxCost, Window: time.Hour}
+			// A window from the first decision: an hour's end on the clock
+			// would reset the count the test compares.
+			p := floodgate.Policy{Name: "flush", Algorithm: floodgate.FixedWindow, Max: floodgate.MaxCost, Window: time.Hour, Align: floodgate.AlignFirst}
 			ctx := context.Background()
+			if err := s.Preload(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// ran counts the workers' commands the server has run.
+			ran := func() (n int64) {
+				for _, cmd := range []string{"fcall", "fcall_ro", "evalsha", "eval"} {
+					n += srv.Calls(t, cmd)
+				}
+				return n
+			}
+			// waitRan waits until the server has run a worker's command
+			// since it counted since.
+			waitRan := func(since int64, after string) {
+				t.Helper()
+				for deadline := time.Now().Add(30 * time.Second); ran() == since; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("no decision reached the server within 30 s %s", after)
+					}
+				}
+			}
 			var ok, failed, peeks atomic.Int64
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
@@ -260,13 +286,17 @@ func TestFlushUnderLoad(t *testing.T) {
 					}
 				}(g)
 			}
+			waitRan(ran(), "of the start")
 			for i := 0; i < 12; i++ {
 				time.Sleep(40 * time.Millisecond)
-				if _, err := srv.Do(t, tc.flushes[i%len(tc.flushes)]...); err != nil {
+				flush := tc.flushes[i%len(tc.flushes)]
+				if _, err := srv.Do(t, flush...); err != nil {
 					t.Fatal(err)
 				}
+				// A command run after the flush: one whose function or
+				// script the flush removed fails, and is sent again by EVAL.
+				waitRan(ran(), fmt.Sprintf("after flush %d (%s)", i, strings.Join(flush, " ")))
 			}
-			time.Sleep(40 * time.Millisecond)
 			close(stop)
 			wg.Wait()
 			// A peek reads the count: its remaining is what is left after
@@ -283,7 +313,8 @@ func TestFlushUnderLoad(t *testing.T) {
 			if count != ok.Load() {
 				t.Errorf("Redis counted %d, but %d adds succeeded: counted twice or lost", count, ok.Load())
 			}
-			// The flushes did hit calls: some were sent again by EVAL.
+			// The flushes did hit calls: some were sent again by EVAL (the
+			// first call after the first flush, at least).
 			stats, err := srv.Do(t, "INFO", "commandstats")
 			if err != nil {
 				t.Fatal(err)
@@ -348,9 +379,22 @@ func TestServerDownUnderLoad(t *testing.T) {
 			}
 		}()
 	}
+	// Decisions flowing, then the server stopped under them: the run
+	// goes on until some call has found it down, however slowly the
+	// workers run.
+	poll := func(what string, done func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !done(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 30 s", what)
+			}
+		}
+	}
 	time.Sleep(200 * time.Millisecond)
+	poll("decision", func() bool { return fine.Load() > 0 })
 	srv.Stop(t)
 	time.Sleep(500 * time.Millisecond)
+	poll("call unavailable", func() bool { return unavailable.Load() > 0 || other.Load() > 0 })
 	close(stop)
 	wg.Wait()
 	t.Logf("%d decided, %d unavailable, %d other errors; slowest call %v", fine.Load(), unavailable.Load(), other.Load(), time.Duration(slowest.Load()))
@@ -367,10 +411,14 @@ func TestServerDownUnderLoad(t *testing.T) {
 	// go-redis dials in the background of its callers and holds a slot of
 	// the pool until the dial ends, so the store answers again once the
 	// dial that was waiting clientWait between attempts has ended.
+	// Each attempt gets a minute, so that a loaded machine does not cut
+	// the one that succeeds; an attempt may fail (a connection the
+	// restart closed, no turn of the pool within its timeout), so there
+	// are several, for up to 30 s.
 	var d floodgate.Decision
 	var err error
-	for back := time.Now().Add(hung); time.Now().Before(back); time.Sleep(20 * time.Millisecond) { // the pool reconnects on demand
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	for back := time.Now().Add(30 * time.Second); time.Now().Before(back); time.Sleep(20 * time.Millisecond) { // the pool reconnects on demand
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		d, err = s.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: 1})
 		cancel()
 		if err == nil {
@@ -381,7 +429,10 @@ func TestServerDownUnderLoad(t *testing.T) {
 		t.Fatalf("after the server came back: %v, %v", d, err)
 	}
 	c.Close()
-	deadlineGoroutines := time.Now().Add(5 * time.Second)
+	// Every goroutine of the run and of the client ends: the client's
+	// dials wait clientWait between attempts; 30 s bounds a leak, not
+	// the machine's speed.
+	deadlineGoroutines := time.Now().Add(30 * time.Second)
 	for runtime.NumGoroutine() > before {
 		if time.Now().After(deadlineGoroutines) {
 			t.Fatalf("%d goroutines after the run, %d before: a leak", runtime.NumGoroutine(), before)

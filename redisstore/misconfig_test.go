@@ -34,7 +34,8 @@ func TestMisconfigured(t *testing.T) {
 		return s.Preload(ctx)
 	}
 	base := func() *redis.Options {
-		return &redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1, DialTimeout: 10 * time.Second}
+		return &redis.Options{Addr: srv.Addr, Username: srv.User, Password: srv.Password, MaxRetries: -1,
+			DialTimeout: time.Minute, ReadTimeout: clientRead, WriteTimeout: clientRead}
 	}
 	if err := ping(base()); err != nil {
 		t.Fatalf("a good configuration: %v", err)

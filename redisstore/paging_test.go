@@ -31,7 +31,9 @@ func TestListKeysClusterPaging(t *testing.T) {
 	c := clusterClient(t, cl)
 	s := newStore(t, c, redisstore.WithPrefix("paging"))
 	ctx := context.Background()
-	p, err := floodgate.ParsePolicy("paging", "fixed_window 1000/1h track")
+	// A window from the first decision: one aligned to the clock would
+	// expire its keys, and their usage, at the hour's end.
+	p, err := floodgate.ParsePolicy("paging", "fixed_window 1000/1h align first track")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,8 +44,10 @@ func TestSlotMigration(t *testing.T) {
 func testSlotMigration(t *testing.T, cl *redistest.Cluster, name string, opts ...redisstore.Option) {
 	ctx := context.Background()
 	s := newStore(t, clusterClient(t, cl), append([]redisstore.Option{redisstore.WithTryAgainFor(time.Minute)}, opts...)...)
-	fw := &floodgate.Policy{Name: name + "-fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
-	tr := &floodgate.Policy{Name: name + "-tr", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour, Track: true}
+	// Windows from the first decision: an hour's end on the clock would
+	// start another between two decisions the test counts.
+	fw := &floodgate.Policy{Name: name + "-fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour, Align: floodgate.AlignFirst}
+	tr := &floodgate.Policy{Name: name + "-tr", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour, Align: floodgate.AlignFirst, Track: true}
 
 	// Keys of one slot: old (decided before the migration) and new ones.
 	old := "old-" + name
@@ -157,8 +159,10 @@ func TestReshardUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	const max = 1 << 40
 	pols := []*floodgate.Policy{
-		{Name: "fw", Algorithm: floodgate.FixedWindow, Max: max, Window: time.Hour},
-		{Name: "tr", Algorithm: floodgate.FixedWindow, Max: max, Window: time.Hour, Track: true},
+		// Fixed windows from the first decision: an hour's end on the
+		// clock would reset the counts the test compares.
+		{Name: "fw", Algorithm: floodgate.FixedWindow, Max: max, Window: time.Hour, Align: floodgate.AlignFirst},
+		{Name: "tr", Algorithm: floodgate.FixedWindow, Max: max, Window: time.Hour, Align: floodgate.AlignFirst, Track: true},
 		{Name: "sw", Algorithm: floodgate.SlidingWindow, Limits: []floodgate.Limit{{Max: max, Window: time.Hour, Resolution: time.Minute}}},
 	}
 	var keys []string // keys whose slots move, about 100 a slot
@@ -283,55 +287,128 @@ func TestReshardUnderLoad(t *testing.T) {
 // error, those already answered too. The answered decision ran and was
 // counted: TakeBatch gives its decision, not an error the failure policy
 // would decide (letting through a request the limit refused, or refusing
-// one it counted).
+// one it counted). The context ends both ways a caller's does: its
+// deadline passes (context.DeadlineExceeded), or it is canceled; the test
+// ends it once both masters have answered, whatever the machine's speed.
 func TestAnsweredBeforeRedirectWait(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
-	// A backoff far beyond the context, whatever the machine's speed.
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, MinRetryBackoff: time.Hour, MaxRetryBackoff: time.Hour})
+	// A backoff far beyond the test, whatever the machine's speed; the
+	// answered call's reply is read for up to clientRead.
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, MinRetryBackoff: time.Hour, MaxRetryBackoff: time.Hour,
+		ReadTimeout: clientRead, WriteTimeout: clientRead})
 	t.Cleanup(func() { c.Close() })
 	s := newStore(t, c)
 	ctx := context.Background()
-	fw := &floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
-	owner := func(key string) (int, int) {
-		slot := redisstore.KeySlot(redisstore.DecisionKeys(s, fw, key)[0])
-		return slot, firstOwner(cl, slot)
+	fw := &floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour, Align: floodgate.AlignFirst}
+	slotOf := func(key string) int { return redisstore.KeySlot(redisstore.DecisionKeys(s, fw, key)[0]) }
+	slot := slotOf("moving")
+	src := firstOwner(cl, slot)
+	endings := []struct {
+		name          string
+		err           error
+		ctx           func() (context.Context, func())
+		moving, other string // a new key of the slot that moves; a key on another master
+	}{
+		{name: "deadline", err: context.DeadlineExceeded, ctx: expiring, moving: "moving"},
+		{name: "cancel", err: context.Canceled, ctx: func() (context.Context, func()) { return context.WithCancel(ctx) }},
 	}
-	slot, src := owner("moving")
-	other := ""
-	for i := 0; other == ""; i++ {
-		if _, n := owner("o" + strconv.Itoa(i)); n != src {
-			other = "o" + strconv.Itoa(i)
+	for i := 0; endings[1].moving == ""; i++ {
+		if k := "moving" + strconv.Itoa(i); slotOf(k) == slot {
+			endings[1].moving = k
 		}
 	}
-	// A first decision on other, which also loads what its master lacks.
-	if d, err := s.Take(ctx, floodgate.Request{Policy: fw, Key: other, N: 1}); err != nil || d.Remaining != 2 {
-		t.Fatalf("before the migration: %+v, %v", d, err)
+	for i, e := 0, 0; e < len(endings); i++ {
+		if k := "o" + strconv.Itoa(i); firstOwner(cl, slotOf(k)) != src {
+			endings[e].other = k
+			e++
+		}
 	}
-	startMigration(t, cl, slot)
+	// A first decision on each other key, which also loads what its
+	// master lacks.
+	for _, e := range endings {
+		if d, err := s.Take(ctx, floodgate.Request{Policy: fw, Key: e.other, N: 1}); err != nil || d.Remaining != 2 {
+			t.Fatalf("before the migration: %+v, %v", d, err)
+		}
+	}
+	srcNode, _, _ := startMigration(t, cl, slot)
 
-	// "moving" is new: its master answers ASK, and go-redis waits an hour
-	// before following it; the context ends first.
-	short, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	reqs := []floodgate.Request{{Policy: fw, Key: other, N: 1}, {Policy: fw, Key: "moving", N: 1}}
-	out := make([]storekit.Outcome, len(reqs))
-	s.TakeBatch(short, reqs, out)
-	if o := out[0]; o.Err != nil || !o.Decision.Allowed || o.Decision.Remaining != 1 {
-		t.Errorf("the answered decision: %+v, %v; want allowed, 1 remaining", o.Decision, o.Err)
+	for _, e := range endings {
+		t.Run(e.name, func(t *testing.T) {
+			// The moving key is new: its master answers ASK, and go-redis
+			// waits an hour before following it. The context ends once
+			// that master has answered ASK and the other has run its
+			// decision: go-redis reads both replies whatever the context
+			// (a client without ContextTimeoutEnabled), then waits.
+			otherNode := cl.Nodes[firstOwner(cl, slotOf(e.other))]
+			asks, fcalls := srcNode.Errors(t, "ASK"), otherNode.Calls(t, "fcall")
+			run, end := e.ctx()
+			defer end()
+			reqs := []floodgate.Request{{Policy: fw, Key: e.other, N: 1}, {Policy: fw, Key: e.moving, N: 1}}
+			out := make([]storekit.Outcome, len(reqs))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				s.TakeBatch(run, reqs, out)
+			}()
+			for deadline := time.Now().Add(30 * time.Second); srcNode.Errors(t, "ASK") == asks || otherNode.Calls(t, "fcall") == fcalls; time.Sleep(time.Millisecond) {
+				select {
+				case <-done:
+					t.Fatalf("TakeBatch returned before both masters answered: %+v", out)
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the masters did not answer within 30 s")
+				}
+			}
+			end()
+			select {
+			case <-done:
+			case <-time.After(hung):
+				t.Fatalf("TakeBatch still waiting %v after its context ended", hung)
+			}
+			if o := out[0]; o.Err != nil || !o.Decision.Allowed || o.Decision.Remaining != 1 {
+				t.Errorf("the answered decision: %+v, %v; want allowed, 1 remaining", o.Decision, o.Err)
+			}
+			if err := out[1].Err; !errors.Is(err, floodgate.ErrUnavailable) || !errors.Is(err, e.err) {
+				t.Errorf("the decision waiting on its ASK: %+v, %v; want ErrUnavailable with the context's error", out[1].Decision, err)
+			}
+			// Counted once, and the other not at all.
+			for _, c := range []struct {
+				key  string
+				want int64
+			}{{e.other, 0}, {e.moving, 2}} {
+				d, err := s.Take(ctx, floodgate.Request{Policy: fw, Key: c.key, N: 1, Peek: true})
+				if err != nil || d.Remaining != c.want {
+					t.Errorf("peek %s: %+v, %v; want %d remaining", c.key, d, err, c.want)
+				}
+			}
+		})
 	}
-	if out[1].Err == nil {
-		t.Errorf("the decision waiting on its ASK: %+v, no error; want the context's", out[1].Decision)
-	}
-	// Counted once, and the other not at all.
-	for _, c := range []struct {
-		key  string
-		want int64
-	}{{other, 0}, {"moving", 2}} {
-		d, err := s.Take(ctx, floodgate.Request{Policy: fw, Key: c.key, N: 1, Peek: true})
-		if err != nil || d.Remaining != c.want {
-			t.Errorf("peek %s: %+v, %v; want %d remaining", c.key, d, err, c.want)
-		}
+}
+
+// expiring returns a context that ends as a deadline's does, with
+// context.DeadlineExceeded, when end is called: a deadline that passes at
+// the step the test chooses.
+func expiring() (ctx context.Context, end func()) {
+	c := &expiringCtx{Context: context.Background(), done: make(chan struct{})}
+	return c, func() { c.once.Do(func() { close(c.done) }) }
+}
+
+type expiringCtx struct {
+	context.Context
+	done chan struct{}
+	once sync.Once
+}
+
+func (c *expiringCtx) Done() <-chan struct{} { return c.done }
+
+func (c *expiringCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }
 
@@ -346,7 +423,7 @@ func TestRefusedBeforeRun(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
 	ctx := context.Background()
-	fw := &floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour}
+	fw := &floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 3, Window: time.Hour, Align: floodgate.AlignFirst}
 	take := func(s *redisstore.Store, key string, d *floodgate.Decision) func() error {
 		return func() (err error) {
 			*d, err = s.Take(ctx, floodgate.Request{Policy: fw, Key: key, N: 1})
@@ -406,7 +483,7 @@ func TestRefusedBeforeRun(t *testing.T) {
 	t.Run("redirections", func(t *testing.T) {
 		// A client that follows no redirection: go-redis returns the
 		// first MOVED or ASK, as it does after MaxRedirects of them.
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, MaxRedirects: -1})
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, MaxRetries: -1, MaxRedirects: -1, ReadTimeout: clientRead, WriteTimeout: clientRead})
 		t.Cleanup(func() { c.Close() })
 		s := newStore(t, c, redisstore.WithTryAgainFor(time.Minute))
 		slot := redisstore.KeySlot(redisstore.DecisionKeys(s, fw, "redirect-old")[0])
@@ -434,7 +511,8 @@ func TestRefusedBeforeRun(t *testing.T) {
 	t.Run("plain client", func(t *testing.T) {
 		// A plain client pointed at a Cluster node: MOVED for the keys of
 		// the other masters is a misconfiguration, not sent again.
-		c := redis.NewClient(&redis.Options{Addr: cl.Nodes[0].Addr, MaxRetries: -1})
+		// A read that timed out would be no MOVED: the client waits clientRead.
+		c := redis.NewClient(&redis.Options{Addr: cl.Nodes[0].Addr, MaxRetries: -1, ReadTimeout: clientRead, WriteTimeout: clientRead})
 		t.Cleanup(func() { c.Close() })
 		s := newStore(t, c, redisstore.WithTryAgainFor(time.Minute))
 		key := ""
@@ -443,7 +521,9 @@ func TestRefusedBeforeRun(t *testing.T) {
 				key = k
 			}
 		}
-		short, cancel := context.WithTimeout(ctx, 10*time.Second)
+		// A store that sent MOVED again would do so until the deadline
+		// (its retry time is a minute here), far beyond any stall.
+		short, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		_, err := s.Take(short, floodgate.Request{Policy: fw, Key: key, N: 1})
 		if !redisstore.Misconfigured(err) || !strings.Contains(err.Error(), "MOVED") || errors.Is(err, context.DeadlineExceeded) {

@@ -46,7 +46,7 @@ func TestReadFromReplicas(t *testing.T) {
 	// The replicas get the function library from their masters: wait for it.
 	for i := range cl.Nodes {
 		r := cl.Replicas[i][0]
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for {
 			libs, err := r.Do(t, "FUNCTION", "LIST")
 			if err != nil {
@@ -56,7 +56,7 @@ func TestReadFromReplicas(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("replica %s has no function library after 10 s", r.Addr)
+				t.Fatalf("replica %s has no function library after 30 s", r.Addr)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

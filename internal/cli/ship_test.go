@@ -107,7 +107,7 @@ func TestShutdownDelay(t *testing.T) {
 	if code, err := get("/readyz"); code != 200 {
 		t.Fatalf("GET /readyz before SIGTERM: %d %v", code, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		if st, _ := status(); st == healthpb.HealthCheckResponse_SERVING {
 			break
 		}
@@ -119,7 +119,7 @@ func TestShutdownDelay(t *testing.T) {
 
 	term := time.Now()
 	cancel() // what SIGTERM does to Main's context
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(errOut.String(), "unready, serving on for the shutdown delay"); {
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errOut.String(), "unready, serving on for the shutdown delay"); {
 		if time.Now().After(deadline) {
 			t.Fatalf("no shutdown delay logged:\n%s", errOut.String())
 		}

@@ -158,7 +158,7 @@ func TestActiveStays(t *testing.T) {
 		if _, err := active.Write([]byte("ping")); err != nil {
 			t.Fatalf("round %d: the active connection was closed: %v", round, err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for !movedSince(l, mark) && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
@@ -193,7 +193,7 @@ func TestCloseFreesPlace(t *testing.T) {
 	dial(t, l)
 	waitAccepted(t, accepted, 2)
 	a.Close() // the server's reader sees EOF and closes its side
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for l.Open() != 1 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}

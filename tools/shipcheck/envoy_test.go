@@ -187,7 +187,7 @@ func TestEnvoyExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		res, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
 		if err == nil && res.Status == healthpb.HealthCheckResponse_SERVING {
 			break

@@ -33,6 +33,7 @@ import (
 
 	"github.com/floodgatehq/floodgate/internal/certtest"
 	"github.com/floodgatehq/floodgate/internal/cli"
+	"github.com/floodgatehq/floodgate/internal/redistest"
 )
 
 // server is a serve started in-process for a test.
@@ -182,6 +183,69 @@ func TestAdminTokenFile(t *testing.T) {
 	}
 	if keys(second) != 200 || keys(first) != 401 {
 		t.Errorf("after the file changed: second %d, first %d", keys(second), keys(first))
+	}
+}
+
+// TestAdminTokenFileChangedAtStart: a token written to the file while
+// serve starts (here, waiting for its Redis) is the token in force once it
+// serves: --watch compares the files with what the configuration was read
+// from, not with what they held when the watching began.
+func TestAdminTokenFileChangedAtStart(t *testing.T) {
+	t.Parallel()
+	const first, second = "first-admin-token-0123", "second-admin-token-0123"
+	file := writeFile(t, "token", first+"\n")
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	errOut := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Run(ctx, []string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
+			"--admin-token-file", file, "--watch", "50ms", "--store-wait", "1m",
+			"--redis", fmt.Sprintf("redis://127.0.0.1:%d", port)}, io.Discard, errOut, func(string) string { return "" })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d:\n%s", code, errOut.String())
+		}
+	})
+	waitLog := func(re *regexp.Regexp) []string {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if m := re.FindStringSubmatch(errOut.String()); m != nil {
+				return m
+			}
+		}
+		t.Fatalf("no line matching %s:\n%s", re, errOut.String())
+		return nil
+	}
+	waitLog(regexp.MustCompile(`Redis is not answering yet; waiting for it`))
+	if err := os.WriteFile(file, []byte(second), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	redistest.StartServer(t, redistest.WithPort(port))
+	addr := waitLog(regexp.MustCompile(`msg="floodgate serving".* http=(\S+)`))[1]
+	statusOf := func(tok string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/stats", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for deadline := time.Now().Add(30 * time.Second); statusOf(second) != 200 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s, f := statusOf(second), statusOf(first); s != 200 || f != 401 {
+		t.Errorf("the token written while serve started: %d, the one before: %d; want 200 and 401", s, f)
 	}
 }
 

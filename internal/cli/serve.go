@@ -128,7 +128,9 @@ func (e *environ) serve(args []string) int {
 		fmt.Fprintln(e.stderr, err)
 		return 1
 	}
-	return e.run(cfg, path, f, log)
+	// The files as they were read, for --watch: a change while the
+	// service starts (waiting for its store, say) is a change to apply.
+	return e.run(cfg, path, f, log, fingerprint(watchedFiles(path, cfg)...))
 }
 
 // loadConfig reads the configuration (or the built-in one) and applies the
@@ -287,8 +289,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
-// run serves until the context ends.
-func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.Logger) int {
+// run serves until the context ends. loaded is the fingerprint of the
+// configuration's files (watchedFiles) when cfg was read from them.
+func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.Logger, loaded string) int {
 	redis.SetLogger(&redisLogger{log: log}) // go-redis's own lines, through slog and throttled
 	traceShutdown, tracingOn, err := tracing.Setup(e.ctx, Version())
 	if err != nil {
@@ -474,7 +477,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		log.Info("debug listener: net/http/pprof", "addr", dbg)
 	}
 	go watchHealth(ctx, svc, healthSrv)
-	go e.reloads(ctx, svc, eng, clients, path, f, log)
+	go e.reloads(ctx, svc, eng, clients, path, f, log, loaded)
 
 	select {
 	case <-ctx.Done():
@@ -550,33 +553,37 @@ func watchHealth(ctx context.Context, svc *service.Service, h *health.Server) {
 	}
 }
 
-// reloads reloads the configuration on SIGHUP and when its files change:
-// the configuration's, the admin token file's and the client tokens
-// file's.
-func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.Engine, clients *auth.Clients, path string, f serveFlags, log *slog.Logger) {
+// watchedFiles are the files cfg was read from (path, a file or a
+// directory) and those it names: the admin token file, the client tokens
+// file and the budgets' token key file.
+func watchedFiles(path string, cfg *config.Config) []string {
+	var files []string
+	if path != "" {
+		files = append(files, path)
+	}
+	for _, p := range []string{cfg.Admin.TokenFile, cfg.Clients.TokensFile, cfg.Budgets.TokenKeyFile} {
+		if p != "" {
+			files = append(files, p)
+		}
+	}
+	return files
+}
+
+// reloads reloads the configuration on SIGHUP and when its files change
+// (watchedFiles) from loaded, their fingerprint when the configuration in
+// force was read: a change made while the service started is applied at
+// the first look.
+func (e *environ) reloads(ctx context.Context, svc *service.Service, eng *rls.Engine, clients *auth.Clients, path string, f serveFlags, log *slog.Logger, loaded string) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	watched := func() []string {
-		var files []string
-		if path != "" {
-			files = append(files, path)
-		}
-		cfg := svc.Config()
-		for _, p := range []string{cfg.Admin.TokenFile, cfg.Clients.TokensFile, cfg.Budgets.TokenKeyFile} {
-			if p != "" {
-				files = append(files, p)
-			}
-		}
-		return files
-	}
+	watched := func() []string { return watchedFiles(path, svc.Config()) }
 	var tick <-chan time.Time
-	last := ""
+	last := loaded
 	if f.watch > 0 {
 		t := time.NewTicker(f.watch)
 		defer t.Stop()
 		tick = t.C
-		last = fingerprint(watched()...)
 	}
 	for {
 		why := ""

@@ -154,23 +154,27 @@ func TestWeakAdminTokenRefused(t *testing.T) {
 	}
 }
 
+// adminStatus returns the status of an admin endpoint (GET /v1/stats) of
+// the service at addr with tok as the bearer token.
+func adminStatus(t *testing.T, addr, tok string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+addr+"/v1/stats", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
 // TestAdminTokenFile: the token of --admin-token-file opens the admin
 // endpoints, and a new token written to the file replaces it.
 func TestAdminTokenFile(t *testing.T) {
 	const first, second = "first-admin-token-0123", "second-admin-token-0123"
 	file := writeFile(t, "token", first+"\n")
 	s := startServe(t, nil, "--admin-token-file", file, "--watch", "50ms")
-	keys := func(tok string) int {
-		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+s.http+"/v1/stats", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		return res.StatusCode
-	}
+	keys := func(tok string) int { return adminStatus(t, s.http, tok) }
 	if keys(first) != 200 || keys(second) != 401 {
 		t.Fatalf("with the first token: %d, second: %d", keys(first), keys(second))
 	}
@@ -230,17 +234,7 @@ func TestAdminTokenFileChangedAtStart(t *testing.T) {
 	}
 	redistest.StartServer(t, redistest.WithPort(port))
 	addr := waitLog(regexp.MustCompile(`msg="floodgate serving".* http=(\S+)`))[1]
-	statusOf := func(tok string) int {
-		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/stats", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		return res.StatusCode
-	}
+	statusOf := func(tok string) int { return adminStatus(t, addr, tok) }
 	for deadline := time.Now().Add(30 * time.Second); statusOf(second) != 200 && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}

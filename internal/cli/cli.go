@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/floodgatehq/floodgate/internal/buildinfo"
 )
@@ -251,6 +252,22 @@ func (e *environ) parse(fs *flag.FlagSet, args []string) int {
 		positional, args = append(positional, rest[0]), rest[1:]
 	}
 	fs.Parse(append([]string{"--"}, positional...))
+	// No duration flag means anything below zero: say so rather than read
+	// --drain -5s as "at once" or --watch -1s as "never".
+	bad := ""
+	fs.Visit(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return
+		}
+		if d, ok := g.Get().(time.Duration); ok && d < 0 && bad == "" {
+			bad = fmt.Sprintf("--%s %s: want a duration of 0 or more, such as 2s or 500ms", longName(f), d)
+		}
+	})
+	if bad != "" {
+		fmt.Fprintf(e.stderr, "%s: %s\nRun \"%s --help\" for its flags.\n", fs.Name(), bad, fs.Name())
+		return 2
+	}
 	return -1
 }
 
@@ -261,10 +278,10 @@ func flagError(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
 		name = strings.TrimLeft(name, "-")
-		msg = "unknown flag --" + name
+		msg = "unknown flag " + dashed(name)
 		best, bestD := "", 3 // suggest only within 2 edits
 		fs.VisitAll(func(f *flag.Flag) {
-			if d := editDistance(name, f.Name); d < bestD {
+			if d := editDistance(name, f.Name); d < bestD && d < len(name) {
 				best, bestD = f.Name, d
 			}
 		})
@@ -273,8 +290,48 @@ func flagError(fs *flag.FlagSet, err error) string {
 		}
 		return msg
 	}
+	// The flag package says only "parse error" of a value it cannot read:
+	// say what the flag takes instead.
+	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok && strings.HasSuffix(msg, ": parse error") {
+		if i := strings.LastIndex(rest, " for flag -"); i >= 0 {
+			name := strings.TrimSuffix(rest[i+len(" for flag -"):], ": parse error")
+			if f := fs.Lookup(name); f != nil {
+				if want := wantOf(f); want != "" {
+					return fmt.Sprintf("invalid value %s for flag %s: %s", rest[:i], dashed(name), want)
+				}
+			}
+		}
+	}
 	// "invalid value "x" for flag -name: ..." and the like.
 	return strings.NewReplacer(" flag -", " flag --", " for -", " for --", "flag needs an argument: -", "flag needs an argument: --").Replace(msg)
+}
+
+// dashed spells a flag's name as --help lists it: -c, --concurrency.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// wantOf says what a typed flag takes, in the words of an error message,
+// or "" for a flag of its own type (which says so itself).
+func wantOf(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "want a duration such as 2s, 500ms or 1m30s (units ns, us, ms, s, m, h)"
+	case int, int64:
+		return "want a whole number such as 10"
+	case uint, uint64:
+		return "want a whole number of 0 or more"
+	case float64:
+		return "want a number, such as 0.5 or 2"
+	}
+	return ""
 }
 
 // editDistance is the Levenshtein distance between a and b, in bytes.

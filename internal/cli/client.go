@@ -102,6 +102,9 @@ func (e *environ) do(c *clientFlags, method, path string, body any, out any) (in
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
+	if c.timeout <= 0 {
+		return 0, fmt.Errorf("--timeout %s: want a positive duration, such as 5s", c.timeout)
+	}
 	token, err := e.bearer(c)
 	if err != nil {
 		return 0, err

@@ -46,6 +46,16 @@ func Misconfigured(err error) bool {
 	return false
 }
 
+// ReadOnlyReplica reports whether err, from a store of this package (Ping,
+// Preload, a decision), is a replica's refusal of a write (READONLY): the
+// address the store dials names a replica. That passes if the replica is
+// promoted (a failover behind a name that moved), and not otherwise: a
+// plain client pointed at a replica should point at its master, or at the
+// Sentinels.
+func ReadOnlyReplica(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "READONLY ")
+}
+
 // misconfigured are the reply prefixes (and client messages) of errors no
 // retry can mend.
 var misconfigured = []string{

@@ -77,4 +77,19 @@ func TestMisconfigured(t *testing.T) {
 	if redisstore.Misconfigured(nil) || redisstore.Misconfigured(errors.New("i/o timeout")) {
 		t.Error("nil or a timeout called misconfigured")
 	}
+
+	// A replica answers Ping (TIME) and refuses the library's load: not
+	// misconfigured (a failover may promote it), but a read-only replica.
+	master := redistest.StartServer(t)
+	host, port, _ := net.SplitHostPort(master.Addr)
+	if _, err := srv.Do(t, "REPLICAOF", host, port); err != nil {
+		t.Fatal(err)
+	}
+	err = ping(base())
+	if !redisstore.ReadOnlyReplica(err) || redisstore.Misconfigured(err) {
+		t.Errorf("at a replica: %v; ReadOnlyReplica %v, Misconfigured %v; want true, false", err, redisstore.ReadOnlyReplica(err), redisstore.Misconfigured(err))
+	}
+	if redisstore.ReadOnlyReplica(nil) || redisstore.ReadOnlyReplica(errors.New("i/o timeout")) {
+		t.Error("nil or a timeout called a replica's refusal")
+	}
 }

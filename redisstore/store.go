@@ -289,8 +289,15 @@ func (s *Store) Preload(ctx context.Context) error {
 // Ping checks that Redis answers the server's TIME: a readiness check. On
 // a cluster it asks one node, so a single master down does not make every
 // replica of a service unready at once (decisions for that master's slots
-// fail on their own). The error wraps floodgate.ErrUnavailable, or is
-// floodgate.ErrClosed after Close.
+// fail on their own). A client that is not a cluster's also calls a
+// function of the library that may write (a refund of 0 to <prefix>:ready,
+// a key no decision uses, which it neither reads into a decision nor
+// writes): a replica refuses it (READONLY, see ReadOnlyReplica), so a
+// store pointed at a replica, or at a master a failover demoted, is not
+// ready while every decision would fail. The library is loaded when
+// missing. On servers without functions (the EVALSHA path), where a
+// replica runs a script that writes nothing, only TIME is checked. The error wraps
+// floodgate.ErrUnavailable, or is floodgate.ErrClosed after Close.
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return floodgate.ErrClosed
@@ -298,8 +305,28 @@ func (s *Store) Ping(ctx context.Context) error {
 	if _, err := s.b.time(ctx); err != nil {
 		return classify(ctx, err)
 	}
+	if s.cluster != nil || s.scriptsOnly.Load() {
+		return nil
+	}
+	c := &call{kind: fcall, name: library.refund, keys: []string{s.prefix + readyKey}, args: []any{0}}
+	c.reply, c.err = s.b.run(ctx, c)
+	if isFunctionNotFound(c.err) {
+		// Not as EVAL, as a decision would be resent: a replica runs a
+		// script that writes nothing.
+		if err := s.b.loadLibrary(ctx, library.src); err != nil {
+			return unavailable("loading the function library", err)
+		}
+		c.reply, c.err = s.b.run(ctx, c)
+	}
+	if c.err != nil && !noFunctions(c.err) { // no functions: the EVALSHA path
+		return classify(ctx, c.err)
+	}
 	return nil
 }
+
+// readyKey follows the prefix in the key Ping's writable check names: no
+// key of a decision, a listing or usage has it, since all have a "{".
+const readyKey = ":ready"
 
 // prepared is what a validated policy needs for every call, derived once
 // by prepare: the Lua it runs, its key parts, its parameter string and

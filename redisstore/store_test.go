@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -402,8 +403,9 @@ func TestErrors(t *testing.T) {
 }
 
 // TestPing: Ping answers nil while Redis answers, ErrUnavailable within
-// the context's deadline while it is down, nil again once it is back, and
-// ErrClosed after Close.
+// the context's deadline while it is down, nil again once it is back (the
+// library loaded again), ErrUnavailable while the server is a replica,
+// and ErrClosed after Close.
 func TestPing(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s := newStore(t, client(t, srv))
@@ -425,6 +427,51 @@ func TestPing(t *testing.T) {
 	if err := ping(time.Minute); err != nil {
 		t.Errorf("Ping after Redis came back: %v", err)
 	}
+	// The restarted server keeps nothing: Ping loaded the library.
+	if libs, err := srv.Do(t, "FUNCTION", "LIST", "LIBRARYNAME", redisstore.LibraryName()); err != nil || len(libs.([]any)) != 1 {
+		t.Errorf("after Ping, the server holds %v (%v), want the library", libs, err)
+	}
+
+	// A server that became a replica answers TIME but takes no write:
+	// not ready, told apart as a replica; ready again once promoted.
+	// Neither Ping wrote a key.
+	master := redistest.StartServer(t)
+	host, port, _ := net.SplitHostPort(master.Addr)
+	if _, err := srv.Do(t, "REPLICAOF", host, port); err != nil {
+		t.Fatal(err)
+	}
+	err := ping(time.Minute)
+	if !errors.Is(err, floodgate.ErrUnavailable) || !redisstore.ReadOnlyReplica(err) {
+		t.Errorf("Ping at a replica: %v, want ErrUnavailable and a replica's refusal", err)
+	}
+	// Nor when the replica lacks the library (its master has none).
+	fresh := redistest.StartServer(t)
+	freshMaster := redistest.StartServer(t)
+	fh, fp, _ := net.SplitHostPort(freshMaster.Addr)
+	if _, err := fresh.Do(t, "REPLICAOF", fh, fp); err != nil {
+		t.Fatal(err)
+	}
+	if err := newStore(t, client(t, fresh)).Ping(context.Background()); !redisstore.ReadOnlyReplica(err) {
+		t.Errorf("Ping at a replica without the library: %v, want a replica's refusal", err)
+	}
+	// On the EVALSHA path, whose scripts a replica runs when they write
+	// nothing, only TIME is checked.
+	scripts := newStore(t, client(t, srv), redisstore.WithScripts())
+	if err := scripts.Ping(context.Background()); err != nil {
+		t.Errorf("Ping at a replica on the EVALSHA path: %v, want nil", err)
+	}
+	if _, err := srv.Do(t, "REPLICAOF", "NO", "ONE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(time.Minute); err != nil {
+		t.Errorf("Ping after the replica was promoted: %v", err)
+	}
+	for _, n := range []*redistest.Server{srv, master} {
+		if keys, err := n.Do(t, "DBSIZE"); err != nil || keys.(int64) != 0 {
+			t.Errorf("%s holds %v keys (%v) after the pings, want 0", n.Addr, keys, err)
+		}
+	}
+
 	s.Close()
 	if err := ping(300 * time.Millisecond); !errors.Is(err, floodgate.ErrClosed) {
 		t.Errorf("Ping after Close: %v, want ErrClosed", err)

@@ -696,7 +696,8 @@ func (s *Service) TopKeys(ctx context.Context, policy string, by usage.Order, li
 }
 
 // Ready reports whether the service can decide: a configuration is loaded
-// and the store answers.
+// and the store answers (storekit.Pinger: for Redis, one that is not a
+// Cluster's, that it also takes writes, which a replica does not).
 func (s *Service) Ready(ctx context.Context) error {
 	if s.state.Load() == nil {
 		return errors.New("no configuration loaded")
@@ -705,7 +706,7 @@ func (s *Service) Ready(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 10*s.state.Load().cfg.Store.Timeout)
 		defer cancel()
 		if err := p.Ping(cctx); err != nil {
-			return fmt.Errorf("store unreachable: %w", err)
+			return fmt.Errorf("the store cannot decide: %w", err)
 		}
 	}
 	return nil

@@ -293,8 +293,9 @@ type Outcome struct {
 // reachable (the Redis store): a readiness check. Test for it with a type
 // assertion.
 type Pinger interface {
-	// Ping returns nil when the backend answers, else an error wrapping
-	// floodgate.ErrUnavailable (or floodgate.ErrClosed after Close).
+	// Ping returns nil when the backend answers and can decide, else an
+	// error wrapping floodgate.ErrUnavailable (or floodgate.ErrClosed
+	// after Close).
 	Ping(ctx context.Context) error
 }
 

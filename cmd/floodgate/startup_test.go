@@ -163,6 +163,57 @@ func TestStoreMisconfiguration(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a replica: says so, waits --store-wait, then exits", func(t *testing.T) {
+		replica := redistest.StartServer(t)
+		master := redistest.StartServer(t)
+		h, p, _ := net.SplitHostPort(master.Addr)
+		if _, err := replica.Do(t, "REPLICAOF", h, p); err != nil {
+			t.Fatal(err)
+		}
+		code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--redis", "redis://"+replica.Addr, "--store-wait", "1500ms")...)
+		if code == 0 || took < 1500*time.Millisecond {
+			t.Fatalf("exit %d after %v; want non-zero after --store-wait 1.5s:\n%s", code, took, stderr)
+		}
+		for _, w := range []string{"Redis answers as a read-only replica; waiting for it to become a master",
+			"the store (--redis) is a read-only replica, and did not become a master within 1.5s (--store-wait)", "READONLY",
+			"point it at the master, or at the Sentinels (--redis-sentinel)"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, stderr)
+			}
+		}
+		if strings.Contains(stderr, "not answering") || strings.Contains(stderr, "did not answer") {
+			t.Errorf("stderr calls a replica that answers one that does not:\n%s", stderr)
+		}
+
+		// Started degraded, it is not ready while the server is a
+		// replica (which answers PING and TIME), and is once the
+		// replica is promoted; then it decides on it.
+		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...),
+			"--redis", "redis://"+replica.Addr, "--store-wait", "500ms", "--start-degraded")...)
+		defer s.stop()
+		if code, body := get(t, s.http, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "READONLY") {
+			t.Errorf("/readyz at a replica: %d %s; want 503 naming READONLY", code, body)
+		}
+		if !strings.Contains(s.logs.String(), "starting degraded: the store is a read-only replica") {
+			t.Errorf("the log does not say it starts degraded at a replica:\n%s", s.logs)
+		}
+		if _, err := replica.Do(t, "REPLICAOF", "NO", "ONE"); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			code, body := get(t, s.http, "/readyz")
+			if code == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz %d %s 30 s after the promotion", code, body)
+			}
+		}
+		resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
+		if err != nil || resp.StatusCode != http.StatusOK || len(r.Decisions) != 1 || r.Decisions[0].Degraded {
+			t.Errorf("check after the promotion: %v %+v", err, r)
+		}
+	})
 	t.Run("not answering, --start-degraded: serves unready", func(t *testing.T) {
 		began := time.Now()
 		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...),

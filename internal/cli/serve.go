@@ -41,6 +41,7 @@ import (
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/internal/tracing"
 	"github.com/floodgatehq/floodgate/memstore"
+	"github.com/floodgatehq/floodgate/redisstore"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
 	"github.com/floodgatehq/floodgate/storekit"
@@ -323,11 +324,18 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 			return e.errorf("%v (%s): fix it and start again", err, origin)
 		case e.ctx.Err() != nil:
 			return 1
+		case !f.startDegraded && redisstore.ReadOnlyReplica(err):
+			return e.errorf("the store (%s) is a read-only replica, and did not become a master within %s (--store-wait): %v; point it at the master, or at the Sentinels (--redis-sentinel); --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
+				origin, f.storeWait, err, cfg.Failure.Mode)
 		case !f.startDegraded:
 			return e.errorf("the store (%s) did not answer within %s (--store-wait): %v; --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
 				origin, f.storeWait, err, cfg.Failure.Mode)
 		}
-		log.Warn("starting degraded: the store does not answer; unready, deciding by the failure mode until it does",
+		what := "the store does not answer"
+		if redisstore.ReadOnlyReplica(err) {
+			what = "the store is a read-only replica"
+		}
+		log.Warn("starting degraded: "+what+"; unready, deciding by the failure mode until it decides",
 			"store", origin, "mode", cfg.Failure.Mode.String(), "error", err)
 	}
 	var fallback floodgate.Store

@@ -228,7 +228,11 @@ func probeStore(ctx context.Context, st *openedStore, wait time.Duration, log *s
 			if m := st.protocolMismatch(ctx); m != nil {
 				return fmt.Errorf("%w: %v", errStoreMisconfigured, m)
 			}
-			log.Warn("Redis is not answering yet; waiting for it", "store_wait", wait.String(), "error", err)
+			if redisstore.ReadOnlyReplica(err) {
+				log.Warn("Redis answers as a read-only replica; waiting for it to become a master", "store_wait", wait.String(), "error", err)
+			} else {
+				log.Warn("Redis is not answering yet; waiting for it", "store_wait", wait.String(), "error", err)
+			}
 			warned = true
 		}
 		select {

@@ -79,8 +79,9 @@ const (
 	// that found neither its function nor its script is sent again as.
 	eval
 	// incr adds n to a counter (SPEC.md, "Counters"): INCRBY keys[0] n,
-	// then PEXPIRE keys[0] args[0] (a time.Duration), pipelined; its reply
-	// is INCRBY's.
+	// then PEXPIRE keys[0] args[0] (a time.Duration), pipelined, unless
+	// the backend's expiries say the TTL is set (then PEXPIRE follows
+	// only if the reply shows a new counter); its reply is INCRBY's.
 	incr
 	// get reads a counter for a peek (GET keys[0]).
 	get
@@ -109,21 +110,56 @@ type call struct {
 // NewFailoverClient returns for Sentinel) or a *redis.ClusterClient.
 type goRedis struct {
 	c redis.UniversalClient
+	// ttls remember the counters whose TTL was set (nil: none, every add
+	// sends PEXPIRE).
+	ttls *expiries
 }
 
 func (g goRedis) run(ctx context.Context, c *call) (any, error) {
-	if c.kind == incr {
+	if c.kind == incr && g.ttls.due(c.keys[0], c.now) {
 		g.runBatch(ctx, []*call{c}) // INCRBY and PEXPIRE in one round trip
 		return c.reply, c.err
 	}
 	cmd := g.cmd(ctx, c)
 	_ = g.c.Process(ctx, cmd)
-	if c.kind == get {
+	switch c.kind {
+	case get:
 		c.reply, c.err = cmd.Result()
 		settleCounter(c)
 		return c.reply, c.err
+	case incr:
+		c.reply, c.err = cmd.Result()
+		settleCounter(c)
+		if isNew(c) {
+			g.expire(ctx, []*call{c})
+		}
+		return c.reply, c.err
 	}
 	return cmd.Result()
+}
+
+// isNew reports whether c, a counter's add that ran, made the counter (its
+// reply is its own n): a counter the store's expiries took for one whose
+// TTL it set was deleted since (a reset, an eviction, a flush).
+func isNew(c *call) bool {
+	r, ok := c.reply.(int64)
+	return c.err == nil && ok && r == c.n
+}
+
+// expire sends the TTL of the counters calls added to, in one round trip,
+// and records those set in g.ttls.
+func (g goRedis) expire(ctx context.Context, calls []*call) {
+	pipe := g.c.Pipeline()
+	cmds := make([]*redis.BoolCmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = pipe.PExpire(ctx, c.keys[0], counterTTL(c))
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, c := range calls {
+		if cmds[i].Val() {
+			g.ttls.set(c.keys[0], c.now)
+		}
+	}
 }
 
 // cmd returns c's command, never sent twice (decisionCmd).
@@ -151,7 +187,7 @@ func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 	for i, c := range calls {
 		cmds[i] = g.cmd(ctx, c)
 		_ = pipe.Process(ctx, cmds[i])
-		if c.kind == incr {
+		if c.kind == incr && g.ttls.due(c.keys[0], c.now) {
 			if expires == nil {
 				expires = make([]*redis.BoolCmd, len(calls))
 			}
@@ -159,13 +195,24 @@ func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
-	var again []*call     // counters added to whose PEXPIRE failed
+	// Counters added to whose PEXPIRE failed, or that are new while the
+	// store took their TTL for set.
+	var again []*call
 	for i, c := range calls {
 		c.reply, c.err = cmds[i].Result()
 		if c.kind == incr || c.kind == get {
 			settleCounter(c)
-			if c.kind == incr && c.err == nil && expires[i].Err() != nil {
+		}
+		if c.kind == incr && c.err == nil {
+			switch {
+			case expires == nil || expires[i] == nil:
+				if isNew(c) {
+					again = append(again, c)
+				}
+			case expires[i].Err() != nil:
 				again = append(again, c)
+			case expires[i].Val():
+				g.ttls.set(c.keys[0], c.now)
 			}
 		}
 		if c.reply != nil && (errors.Is(c.err, context.DeadlineExceeded) || errors.Is(c.err, context.Canceled)) {
@@ -177,13 +224,9 @@ func (g goRedis) runBatch(ctx context.Context, calls []*call) {
 		}
 	}
 	if len(again) > 0 {
-		// The count is right; its TTL is sent once more (PEXPIRE is
+		// The count is right; its TTL is sent (once more: PEXPIRE is
 		// idempotent), so that the counter does not outlive its window.
-		pipe := g.c.Pipeline()
-		for _, c := range again {
-			pipe.PExpire(ctx, c.keys[0], counterTTL(c))
-		}
-		_, _ = pipe.Exec(ctx)
+		g.expire(ctx, again)
 	}
 }
 

@@ -107,10 +107,10 @@ func TestCounters(t *testing.T) {
 		p := counterPolicy("native", 5, time.Hour)
 		at(3_000_000)
 		fcalls, evals, incrs, gets := srv.Calls(t, "fcall")+srv.Calls(t, "fcall_ro"), srv.Calls(t, "evalsha")+srv.Calls(t, "eval"), srv.Calls(t, "incrby"), srv.Calls(t, "get")
+		sent := time.Now() // before the PEXPIRE of k{1}
 		take(t, &p, "k{1}", 2, false)
 		take(t, &p, "k{1}", 1, true)
 		out := make([]storekit.Outcome, 3)
-		sent := time.Now() // the batch's PEXPIRE of k{1} is the last one
 		s.TakeBatch(ctx, []floodgate.Request{{Policy: &p, Key: "k{1}", N: 1}, {Policy: &p, Key: "other", N: 1}, {Policy: &p, Key: "k{1}", N: 1, Peek: true}}, out)
 		for i, o := range out {
 			if o.Err != nil {
@@ -151,6 +151,85 @@ func TestCounters(t *testing.T) {
 		if n := srv.Must(t, "EXISTS", key).(int64); n != 0 {
 			t.Errorf("after Reset, %s exists", key)
 		}
+	})
+
+	t.Run("TTLOncePerSecond", func(t *testing.T) {
+		// SPEC.md, "Counters": an add sends its counter's TTL unless the
+		// store set it within the last second, and after its INCRBY when
+		// the reply shows a new counter.
+		p := counterPolicy("ttl", 1000, time.Hour)
+		start := int64(2*3_600_000_000 + 1_000_000)
+		at(start)
+		key := fmt.Sprintf("ct:ttl:{k}:c%d", (floodgatetest.BaseMicros+start)/3_600_000_000)
+		hasTTL := func(key, when string) {
+			t.Helper()
+			if ttl := srv.Must(t, "PTTL", key).(int64); ttl <= 0 {
+				t.Errorf("%s: PTTL %s = %d, want the window's end", when, key, ttl)
+			}
+		}
+		adds := int64(0)
+		expires := func(when string, want int64, add func()) {
+			t.Helper()
+			before := srv.Calls(t, "pexpire")
+			add()
+			if d := srv.Calls(t, "pexpire") - before; d != want {
+				t.Errorf("%s: %d PEXPIRE, want %d", when, d, want)
+			}
+		}
+		addK := func() {
+			adds++
+			if d := take(t, &p, "k", 1, false); !d.Allowed || d.Remaining != 1000-adds {
+				t.Errorf("add %d: %+v, want remaining %d", adds, d, 1000-adds)
+			}
+		}
+		expires("3 adds within a second", 1, func() { addK(); addK(); addK() })
+		hasTTL(key, "after them")
+		at(start + 999_999)
+		expires("an add 999,999 µs after the TTL was set", 0, addK)
+		at(start + 1_000_000)
+		expires("an add a second after", 1, addK)
+
+		// Deleted behind the store's back (another replica's reset, an
+		// eviction): the add that makes it again sets its TTL after it.
+		srv.Must(t, "DEL", key)
+		adds = 0
+		expires("the add that makes the counter again", 1, addK)
+		hasTTL(key, "made again")
+		// A TTL lost (a failover that dropped the PEXPIRE): set again by
+		// the first add a second after the store last set it.
+		srv.Must(t, "PERSIST", key)
+		at(start + 1_900_000)
+		expires("an add within the second", 0, addK)
+		at(start + 2_000_000)
+		expires("an add a second after", 1, addK)
+		hasTTL(key, "a second after the TTL was lost")
+		// A clock stepped back: the TTL is sent.
+		at(start + 1_500_000)
+		expires("an add stamped earlier", 1, addK)
+
+		// Batches keep the same rules: a counter made again and a new one.
+		at(start + 2_000_000)
+		srv.Must(t, "DEL", key)
+		other := fmt.Sprintf("ct:ttl:{other}:c%d", (floodgatetest.BaseMicros+start)/3_600_000_000)
+		expires("a batch of a counter made again and a new one", 2, func() {
+			out := make([]storekit.Outcome, 2)
+			s.TakeBatch(ctx, []floodgate.Request{{Policy: &p, Key: "k", N: 1}, {Policy: &p, Key: "other", N: 1}}, out)
+			for i, o := range out {
+				if o.Err != nil || o.Decision.Remaining != 999 {
+					t.Errorf("batch %d: %+v %v, want remaining 999", i, o.Decision, o.Err)
+				}
+			}
+		})
+		hasTTL(key, "made again in a batch")
+		hasTTL(other, "new in a batch")
+		// The store's own reset forgets them: the next add sends its TTL
+		// with its INCRBY (one PEXPIRE either way; the count is checked).
+		if err := s.Reset(ctx, &p, "k"); err != nil {
+			t.Fatal(err)
+		}
+		adds = 0
+		expires("the add after a reset", 1, addK)
+		hasTTL(key, "after a reset")
 	})
 
 	t.Run("NoRule1", func(t *testing.T) {

@@ -128,6 +128,7 @@ type Store struct {
 	replicaReads bool
 	tryAgainFor  time.Duration // how long a call refused before it ran is sent again
 	counters     bool          // WithCounters
+	ttls         *expiries     // the counters whose TTL the store set (WithCounters)
 
 	prepared    *storekit.Cache[*prepared] // by policy, bounded
 	scriptsOnly atomic.Bool                // no functions (Redis < 7.0): EVALSHA
@@ -244,6 +245,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	if s.counters && s.clock == nil {
 		return nil, errors.New("redisstore: WithCounters needs WithClock: a counter's window is chosen by the caller's clock")
+	}
+	if s.counters {
+		s.ttls = newExpiries()
+		s.b = goRedis{c: client, ttls: s.ttls}
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		s.cluster = cc
@@ -779,6 +784,8 @@ func (s *Store) Reset(ctx context.Context, p *floodgate.Policy, key string) erro
 			return err
 		}
 		keys = append(keys, s.counterKey(p, key, pr.window, now), s.counterKey(p, key, pr.window, now-pr.window))
+		// The next add makes them again: it sends their TTL with it.
+		defer s.ttls.forget(keys[len(keys)-2:]...)
 	}
 	err = s.b.del(ctx, keys...)
 	if refused(err, s.cluster != nil) { // DEL did not run: a slot moving, a failover

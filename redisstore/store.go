@@ -301,8 +301,9 @@ func (s *Store) Preload(ctx context.Context) error {
 // store pointed at a replica, or at a master a failover demoted, is not
 // ready while every decision would fail. The library is loaded when
 // missing. On servers without functions (the EVALSHA path), where a
-// replica runs a script that writes nothing, only TIME is checked. The error wraps
-// floodgate.ErrUnavailable, or is floodgate.ErrClosed after Close.
+// replica runs a script that writes nothing, only TIME is checked. The
+// error wraps floodgate.ErrUnavailable, or is floodgate.ErrClosed after
+// Close.
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return floodgate.ErrClosed

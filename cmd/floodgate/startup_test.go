@@ -214,6 +214,27 @@ func TestStoreMisconfiguration(t *testing.T) {
 			t.Errorf("check after the promotion: %v %+v", err, r)
 		}
 	})
+	t.Run("sentinels that monitor no such master", func(t *testing.T) {
+		// The sentinels answer: the name is wrong, which no wait mends.
+		sn := redistest.StartSentinel(t)
+		code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...),
+			"--redis-sentinel", "nosuch@"+strings.Join(sn.Addrs, ","), "--store-wait", "1m")...)
+		if code == 0 {
+			t.Fatalf("exit status 0:\n%s", stderr)
+		}
+		if took > 20*time.Second {
+			t.Errorf("exited after %v with --store-wait 1m: it waited for the store", took)
+		}
+		for _, w := range []string{`3 of the 3 sentinels answer, and none monitors a master named "nosuch" (they monitor "` + sn.MasterName + `")`,
+			"(--redis-sentinel): fix it and start again"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, stderr)
+			}
+		}
+		if strings.Contains(stderr, "unreachable") {
+			t.Errorf("stderr calls sentinels that answer unreachable:\n%s", stderr)
+		}
+	})
 	t.Run("not answering, --start-degraded: serves unready", func(t *testing.T) {
 		began := time.Now()
 		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...),

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +36,10 @@ type openedStore struct {
 	// protocolMismatch tries when the store does not answer.
 	addr string
 	tls  bool
+
+	// sentinel is how to ask the sentinels of a Sentinel store which
+	// masters they monitor (masterUnknown); nil for other stores.
+	sentinel *redis.FailoverOptions
 
 	// poolSize is the Redis client's connections per node (0 for the
 	// memory store): the default bound on store calls in flight
@@ -98,6 +103,12 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 		}
 	} else if hp := s.HostPorts(); len(hp) > 0 {
 		st.addr = hp[0]
+	}
+	if s.Type == "redis-sentinel" {
+		st.sentinel = &redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.HostPorts()}
+		if s.UsesTLS() {
+			st.sentinel.TLSConfig, _ = s.TLS.Config() // redisClient read it without error
+		}
 	}
 	return st, nil
 }
@@ -228,6 +239,9 @@ func probeStore(ctx context.Context, st *openedStore, wait time.Duration, log *s
 			if m := st.protocolMismatch(ctx); m != nil {
 				return fmt.Errorf("%w: %v", errStoreMisconfigured, m)
 			}
+			if m := st.masterUnknown(ctx); m != nil {
+				return fmt.Errorf("%w: %v", errStoreMisconfigured, m)
+			}
 			if redisstore.ReadOnlyReplica(err) {
 				log.Warn("Redis answers as a read-only replica; waiting for it to become a master", "store_wait", wait.String(), "error", err)
 			} else {
@@ -281,6 +295,78 @@ func (st *openedStore) protocolMismatch(ctx context.Context) error {
 		return fmt.Errorf("%s speaks TLS: write its address rediss:// (and give store.tls.ca_file if its CA is not the system's)", st.addr)
 	}
 	return nil
+}
+
+// masterUnknown tells sentinels that answer but monitor no master of the
+// configured name (a mistyped MASTER in --redis-sentinel) from sentinels
+// that do not answer yet: go-redis reports both as "all sentinels
+// specified in configuration are unreachable". It returns the error that
+// says so, with the names the sentinels do monitor, or nil when a sentinel
+// knows the name or none answers.
+func (st *openedStore) masterUnknown(ctx context.Context) error {
+	o := st.sentinel
+	if o == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	answered := 0
+	var monitored []string
+	for _, addr := range o.SentinelAddrs {
+		// As go-redis asks them: without the master's credentials.
+		c := redis.NewSentinelClient(&redis.Options{Addr: addr, TLSConfig: o.TLSConfig, MaxRetries: -1,
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+		_, err := c.GetMasterAddrByName(ctx, o.MasterName).Result()
+		if err == nil {
+			c.Close()
+			return nil // it knows the master: something else is wrong
+		}
+		if errors.Is(err, redis.Nil) {
+			answered++
+			if monitored == nil {
+				if ms, err := c.Masters(ctx).Result(); err == nil {
+					monitored = masterNames(ms)
+				}
+			}
+		}
+		c.Close()
+	}
+	if answered == 0 {
+		return nil
+	}
+	known := "no master at all"
+	if len(monitored) > 0 {
+		known = fmt.Sprintf("%q", monitored[0])
+		for _, n := range monitored[1:] {
+			known += fmt.Sprintf(", %q", n)
+		}
+	}
+	return fmt.Errorf("%d of the %d sentinels answer, and none monitors a master named %q (they monitor %s)",
+		answered, len(o.SentinelAddrs), o.MasterName, known)
+}
+
+// masterNames returns the names in a SENTINEL MASTERS reply: one entry per
+// master, a flat list of fields and values (RESP2) or a map (RESP3).
+func masterNames(masters []any) []string {
+	var names []string
+	for _, m := range masters {
+		switch m := m.(type) {
+		case []any:
+			for i := 0; i+1 < len(m); i += 2 {
+				if k, _ := m[i].(string); k == "name" {
+					if v, ok := m[i+1].(string); ok {
+						names = append(names, v)
+					}
+				}
+			}
+		case map[any]any:
+			if v, ok := m["name"].(string); ok {
+				names = append(names, v)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // tlsProblem reports whether err comes from TLS: a certificate that does

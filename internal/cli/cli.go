@@ -261,7 +261,7 @@ func (e *environ) parse(fs *flag.FlagSet, args []string) int {
 			return
 		}
 		if d, ok := g.Get().(time.Duration); ok && d < 0 && bad == "" {
-			bad = fmt.Sprintf("--%s %s: want a duration of 0 or more, such as 2s or 500ms", longName(f), d)
+			bad = fmt.Sprintf("--%s %s: a duration is never negative: want one such as 2s or 500ms", longName(f), d)
 		}
 	})
 	if bad != "" {

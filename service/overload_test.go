@@ -824,3 +824,46 @@ overload: {max_inflight: 1, max_queue: 1, queue_wait: 1m}
 		})
 	}
 }
+
+// TestCallerLeavesDuringStoreCall: a caller whose context ends while its
+// decisions are at the store (sent, not answered) gets its context's
+// error, and nothing is counted: not a degraded decision (the store did
+// not fail; the caller left), not a decision at all. One request and two,
+// without a bound on store calls, with one, and batched.
+func TestCallerLeavesDuringStoreCall(t *testing.T) {
+	for _, tc := range []struct{ name, cfg string }{
+		{"unbounded", `store: {batching: false, timeout: 1m}`},
+		{"bounded", `store: {batching: false, timeout: 1m}
+overload: {max_inflight: 4}`},
+		{"batched", `store: {batching: true, timeout: 100ms}`},
+	} {
+		for _, n := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/%d", tc.name, n), func(t *testing.T) {
+				st := &stalledStore{Store: newMem(t, storekit.SystemClock{}), turn: make(chan struct{})}
+				st.stalled.Store(true)
+				rec := &overloadRecorder{}
+				svc, err := service.New(mustParse(t, "policies: {fw: \"fixed_window 10/1h\"}\n"+tc.cfg),
+					service.Options{Store: stalledBatchStore{st}, Logger: quiet, Observer: rec})
+				if err != nil {
+					t.Fatal(err)
+				}
+				items := []service.Item{{Policy: "fw", Key: "a"}, {Policy: "fw", Key: "b"}}[:n]
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() {
+					_, err := svc.Check(ctx, items)
+					done <- err
+				}()
+				st.turn <- struct{}{} // the call is at the store
+				close(st.turn)
+				cancel()
+				if err := <-done; !errors.Is(err, context.Canceled) {
+					t.Errorf("Check: %v; want context.Canceled", err)
+				}
+				if c := rec.snapshot(); c.decisions != 0 || c.degraded != 0 {
+					t.Errorf("%d decisions counted, %d degraded; want none: the caller left", c.decisions, c.degraded)
+				}
+			})
+		}
+	}
+}

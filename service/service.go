@@ -320,9 +320,10 @@ func (e *RequestError) NotFound() bool {
 // trip when the store allows. The error is a *RequestError for a bad
 // request (nothing is decided then), or one wrapping ErrOverloaded when
 // the store calls were at their bound and the items could not be sent in
-// time (overload mode backpressure: nothing was counted); a failing store
-// is not an error: the failure policy decides, and the decisions say
-// Degraded.
+// time (overload mode backpressure: nothing was counted), or ctx's error
+// when the caller left before the store answered (nothing is counted for
+// the observer then); a failing store is not an error: the failure policy
+// decides, and the decisions say Degraded.
 func (s *Service) Check(ctx context.Context, items []Item) (Verdict, error) {
 	return s.decideItems(ctx, items, false)
 }
@@ -417,7 +418,8 @@ func clip(s string) string {
 // decisions: call Count for each one made for a client. The error wraps
 // ErrOverloaded when the requests could not be sent to the store in time
 // (overload mode backpressure; none was decided), or is ctx's when the
-// caller left while they waited to be sent.
+// caller left before the store answered (while they waited to be sent,
+// none was decided; once sent, the store may have counted them).
 func (s *Service) Decide(ctx context.Context, reqs []floodgate.Request) ([]floodgate.Decision, error) {
 	return s.decide(ctx, s.state.Load(), reqs)
 }
@@ -481,6 +483,10 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 				out[i] = s.guarded.Refused(ctx, reqs[i], err)
 				continue
 			}
+			if left(ctx, results[j].Err) {
+				span.End()
+				return nil, ctx.Err()
+			}
 			out[i] = s.settle(st, &reqs[i], results[j].Decision, results[j].Err, now)
 			if span.IsRecording() {
 				span.AddEvent("decision", trace.WithAttributes(decisionAttrs(&reqs[i], out[i])...))
@@ -499,6 +505,10 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 			out[i] = s.guarded.Refused(ctx, reqs[i], qerr)
 			return out, nil
 		}
+		if left(ctx, err) {
+			span.End()
+			return nil, ctx.Err()
+		}
 		out[i] = s.settle(st, &reqs[i], d, err, now)
 		if span.IsRecording() {
 			span.SetAttributes(decisionAttrs(&reqs[i], out[i])...)
@@ -506,6 +516,16 @@ func (s *Service) decide(ctx context.Context, st *state, reqs []floodgate.Reques
 		span.End()
 	}
 	return out, nil
+}
+
+// left reports whether err, a guarded store's error for a call made with
+// ctx, says that the caller left (ctx ended) before the store answered.
+// Nobody waits for that decision: it is answered with ctx's error, never
+// as a degraded decision, which would count a store failure that did not
+// happen.
+func left(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // take decides one request through the guarded store, within the bound on
@@ -625,8 +645,10 @@ func decisionAttrs(req *floodgate.Request, d floodgate.Decision) []attribute.Key
 }
 
 // settle takes a decision: it feeds the over-limit cache with a store's
-// exhausting denial, and drops the entry of a key a refund went to. A request error (the caller's context ended) is
-// answered as the failure policy answers, since the request is gone. asked
+// exhausting denial, and drops the entry of a key a refund went to. Any
+// other error the guarded store returns (the store was closed) is answered
+// as the failure policy answers; a caller that left is not settled (see
+// left). asked
 // is the service's clock before the call: the store decided at or after
 // it, so a window's end counted from asked is never later than the
 // store's (counted from the answer, a slow call would let the cache deny

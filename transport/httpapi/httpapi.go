@@ -514,7 +514,7 @@ func (a *api) serviceError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, a.svc.Config().Overload.Status, "overloaded", "", "the service is at its bound on store calls; retry later")
 	case errors.Is(err, context.Canceled):
-		// The client left while its decision waited to be sent.
+		// The client left before its decision came back.
 		writeError(w, http.StatusServiceUnavailable, "canceled", "", "the request was canceled")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, floodgate.ErrUnavailable):
 		a.log.Warn("store unavailable", "error", err)

@@ -117,7 +117,7 @@ type goRedis struct {
 
 func (g goRedis) run(ctx context.Context, c *call) (any, error) {
 	if c.kind == incr && g.ttls.due(c.keys[0], c.now) {
-		g.runBatch(ctx, []*call{c}) // INCRBY and PEXPIRE in one round trip
+		g.pipeline(ctx, []*call{c}, true) // INCRBY and PEXPIRE in one round trip
 		return c.reply, c.err
 	}
 	cmd := g.cmd(ctx, c)
@@ -181,13 +181,20 @@ func (g goRedis) cmd(ctx context.Context, c *call) decisionCmd {
 }
 
 func (g goRedis) runBatch(ctx context.Context, calls []*call) {
+	g.pipeline(ctx, calls, false)
+}
+
+// pipeline is runBatch; due says that the TTL of every counter added to
+// in calls is due (run asked g.ttls already), so that it is not asked
+// again.
+func (g goRedis) pipeline(ctx context.Context, calls []*call, due bool) {
 	pipe := g.c.Pipeline()
 	cmds := make([]decisionCmd, len(calls))
 	var expires []*redis.BoolCmd // each counter add's PEXPIRE, by call
 	for i, c := range calls {
 		cmds[i] = g.cmd(ctx, c)
 		_ = pipe.Process(ctx, cmds[i])
-		if c.kind == incr && g.ttls.due(c.keys[0], c.now) {
+		if c.kind == incr && (due || g.ttls.due(c.keys[0], c.now)) {
 			if expires == nil {
 				expires = make([]*redis.BoolCmd, len(calls))
 			}

@@ -78,7 +78,7 @@ for store in $STORES; do
 	"$fg" serve --config "$work/config" --http "127.0.0.1:$hport" --grpc "127.0.0.1:$gport" "${args[@]}" \
 		>"$work/serve-$store.log" 2>&1 &
 	pids+=($!)
-	for _ in $(seq 50); do grep -q "floodgate serving" "$work/serve-$store.log" && break; sleep 0.1; done
+	for _ in $(seq 50); do grep -qs "floodgate serving" "$work/serve-$store.log" && break; sleep 0.1; done
 	for target in $TARGETS; do
 		if [ "$target" = http ]; then
 			t=(--target http --url "127.0.0.1:$hport" --policy-name load)
@@ -119,7 +119,7 @@ if [ "$SATURATE" -gt 0 ]; then
 		"$fg" serve --config "$work/sat-$batching" --http "127.0.0.1:$hport" --grpc "127.0.0.1:$(freeport)" \
 			--redis "redis://127.0.0.1:$rport" >"$work/serve-sat-$batching.log" 2>&1 &
 		pids+=($!)
-		for _ in $(seq 50); do grep -q "floodgate serving" "$work/serve-sat-$batching.log" && break; sleep 0.1; done
+		for _ in $(seq 50); do grep -qs "floodgate serving" "$work/serve-sat-$batching.log" && break; sleep 0.1; done
 		ports+=("$hport")
 	done
 	for pass in $(seq "$SAT_PASSES"); do

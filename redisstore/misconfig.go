@@ -56,6 +56,16 @@ func ReadOnlyReplica(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "READONLY ")
 }
 
+// OutOfMemory reports whether err, from a store of this package (Ping,
+// Preload, a decision), is a full server's refusal of a write (OOM): its
+// used memory is above its maxmemory, and its maxmemory-policy evicts no
+// key to make room (noeviction, or no key the policy may evict). That
+// passes once keys expire or the server is given more memory, not
+// otherwise; meanwhile every decision that writes fails.
+func OutOfMemory(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "OOM command not allowed")
+}
+
 // misconfigured are the reply prefixes (and client messages) of errors no
 // retry can mend.
 var misconfigured = []string{

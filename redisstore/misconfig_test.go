@@ -78,6 +78,30 @@ func TestMisconfigured(t *testing.T) {
 		t.Error("nil or a timeout called misconfigured")
 	}
 
+	// A full server (maxmemory below its used memory, noeviction) answers
+	// TIME and refuses every write: not misconfigured (keys expire, or it
+	// gets more memory), not a replica, but out of memory.
+	full := redistest.StartServer(t)
+	if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "1"); err != nil {
+		t.Fatal(err)
+	}
+	fo := base()
+	fo.Addr, fo.Username, fo.Password = full.Addr, "", ""
+	err = ping(fo)
+	if !redisstore.OutOfMemory(err) || redisstore.Misconfigured(err) || redisstore.ReadOnlyReplica(err) {
+		t.Errorf("at a full server: %v; OutOfMemory %v, Misconfigured %v, ReadOnlyReplica %v; want true, false, false",
+			err, redisstore.OutOfMemory(err), redisstore.Misconfigured(err), redisstore.ReadOnlyReplica(err))
+	}
+	if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(fo); err != nil {
+		t.Errorf("once the server has room: %v", err)
+	}
+	if redisstore.OutOfMemory(nil) || redisstore.OutOfMemory(errors.New("i/o timeout")) {
+		t.Error("nil or a timeout called out of memory")
+	}
+
 	// A replica answers Ping (TIME) and refuses the library's load: not
 	// misconfigured (a failover may promote it), but a read-only replica.
 	master := redistest.StartServer(t)

@@ -214,6 +214,56 @@ func TestStoreMisconfiguration(t *testing.T) {
 			t.Errorf("check after the promotion: %v %+v", err, r)
 		}
 	})
+	t.Run("a full Redis: says so, waits --store-wait, then exits", func(t *testing.T) {
+		// maxmemory of 1 byte and noeviction (the default policy): the
+		// server answers PING and TIME and refuses every write (OOM).
+		full := redistest.StartServer(t)
+		if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "1"); err != nil {
+			t.Fatal(err)
+		}
+		code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--redis", "redis://"+full.Addr, "--store-wait", "1500ms")...)
+		if code == 0 || took < 1500*time.Millisecond {
+			t.Fatalf("exit %d after %v; want non-zero after --store-wait 1.5s:\n%s", code, took, stderr)
+		}
+		for _, w := range []string{"Redis is full: it refuses writes (its used memory is above its maxmemory); waiting for room",
+			"the store (--redis) is full: its used memory is above its maxmemory, and it refused writes for 1.5s (--store-wait)", "OOM",
+			`give it more memory (maxmemory) or let it evict (maxmemory-policy: see "Redis memory" in docs/operations.md)`} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, stderr)
+			}
+		}
+		if strings.Contains(stderr, "not answering") || strings.Contains(stderr, "did not answer") {
+			t.Errorf("stderr calls a full server that answers one that does not:\n%s", stderr)
+		}
+
+		// Started degraded, it is not ready while the server is full,
+		// and is once it has room; then it decides on it.
+		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...),
+			"--redis", "redis://"+full.Addr, "--store-wait", "500ms", "--start-degraded")...)
+		defer s.stop()
+		if code, body := get(t, s.http, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "OOM") {
+			t.Errorf("/readyz at a full server: %d %s; want 503 naming OOM", code, body)
+		}
+		if !strings.Contains(s.logs.String(), "starting degraded: the store is full (out of memory)") {
+			t.Errorf("the log does not say it starts degraded at a full server:\n%s", s.logs)
+		}
+		if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "0"); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			code, body := get(t, s.http, "/readyz")
+			if code == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz %d %s 30 s after the server had room", code, body)
+			}
+		}
+		resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
+		if err != nil || resp.StatusCode != http.StatusOK || len(r.Decisions) != 1 || r.Decisions[0].Degraded {
+			t.Errorf("check once the server had room: %v %+v", err, r)
+		}
+	})
 	t.Run("sentinels that monitor no such master", func(t *testing.T) {
 		// The sentinels answer: the name is wrong, which no wait mends.
 		sn := redistest.StartSentinel(t)

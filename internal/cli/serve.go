@@ -327,13 +327,19 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		case !f.startDegraded && redisstore.ReadOnlyReplica(err):
 			return e.errorf("the store (%s) is a read-only replica, and did not become a master within %s (--store-wait): %v; point it at the master, or at the Sentinels (--redis-sentinel); --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
 				origin, f.storeWait, err, cfg.Failure.Mode)
+		case !f.startDegraded && redisstore.OutOfMemory(err):
+			return e.errorf("the store (%s) is full: its used memory is above its maxmemory, and it refused writes for %s (--store-wait): %v; give it more memory (maxmemory) or let it evict (maxmemory-policy: see \"Redis memory\" in docs/operations.md); --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
+				origin, f.storeWait, err, cfg.Failure.Mode)
 		case !f.startDegraded:
 			return e.errorf("the store (%s) did not answer within %s (--store-wait): %v; --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
 				origin, f.storeWait, err, cfg.Failure.Mode)
 		}
 		what := "the store does not answer"
-		if redisstore.ReadOnlyReplica(err) {
+		switch {
+		case redisstore.ReadOnlyReplica(err):
 			what = "the store is a read-only replica"
+		case redisstore.OutOfMemory(err):
+			what = "the store is full (out of memory)"
 		}
 		log.Warn("starting degraded: "+what+"; unready, deciding by the failure mode until it decides",
 			"store", origin, "mode", cfg.Failure.Mode.String(), "error", err)

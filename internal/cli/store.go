@@ -242,9 +242,12 @@ func probeStore(ctx context.Context, st *openedStore, wait time.Duration, log *s
 			if m := st.masterUnknown(ctx); m != nil {
 				return fmt.Errorf("%w: %v", errStoreMisconfigured, m)
 			}
-			if redisstore.ReadOnlyReplica(err) {
+			switch {
+			case redisstore.ReadOnlyReplica(err):
 				log.Warn("Redis answers as a read-only replica; waiting for it to become a master", "store_wait", wait.String(), "error", err)
-			} else {
+			case redisstore.OutOfMemory(err):
+				log.Warn("Redis is full: it refuses writes (its used memory is above its maxmemory); waiting for room", "store_wait", wait.String(), "error", err)
+			default:
 				log.Warn("Redis is not answering yet; waiting for it", "store_wait", wait.String(), "error", err)
 			}
 			warned = true

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -262,6 +264,33 @@ func TestStoreMisconfiguration(t *testing.T) {
 		resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
 		if err != nil || resp.StatusCode != http.StatusOK || len(r.Decisions) != 1 || r.Decisions[0].Degraded {
 			t.Errorf("check once the server had room: %v %+v", err, r)
+		}
+	})
+	t.Run("a reload to another store", func(t *testing.T) {
+		// The new settings apply at the next start: a store no retry can
+		// mend is refused now; one that cannot decide yet (here: full) is
+		// taken, with a warning that says why it does not decide.
+		full := redistest.StartServer(t)
+		if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "1"); err != nil {
+			t.Fatal(err)
+		}
+		path := writeConfig(t, "policies: {api: \"gcra 10/1s\"}\n")
+		s := start(t, cleanEnv(), "serve", "--config", path, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--watch", "50ms")
+		defer s.stop()
+		rewrite := func(text string) {
+			if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A minute: a loaded machine may take long to notice the file.
+		rewrite("policies: {api: \"gcra 10/1s\"}\nstore: {url: \"redis://floodgate:wrong@" + srv.Addr + "\"}\n")
+		_, at, ok := s.logs.waitFor(regexp.MustCompile(`the new store settings: .*WRONGPASS`), 0, time.Minute)
+		if !ok {
+			t.Fatalf("a reload to a store with a wrong password is not refused naming WRONGPASS:\n%s", s.logs)
+		}
+		rewrite("policies: {api: \"gcra 10/1s\"}\nstore: {url: \"redis://" + full.Addr + "\"}\n")
+		if _, _, ok := s.logs.waitFor(regexp.MustCompile(`the store settings changed.*new_store_answers=false.*OOM`), at, time.Minute); !ok {
+			t.Errorf("the warning of a reload to a full store does not say why it does not decide (OOM):\n%s", s.logs)
 		}
 	})
 	t.Run("sentinels that monitor no such master", func(t *testing.T) {

@@ -266,6 +266,75 @@ func TestStoreMisconfiguration(t *testing.T) {
 			t.Errorf("check once the server had room: %v %+v", err, r)
 		}
 	})
+	t.Run("a server that refuses writes: says why, waits --store-wait, then exits", func(t *testing.T) {
+		var misconfDir string
+		for _, c := range []struct {
+			name  string
+			setup func(t *testing.T, srv *redistest.Server)
+			wants []string
+		}{
+			{"MISCONF: its snapshot fails", func(t *testing.T, srv *redistest.Server) {
+				// A save point, and a BGSAVE into a directory that is
+				// gone: Redis refuses writes until a save succeeds.
+				if _, err := srv.Do(t, "CONFIG", "SET", "save", "3600 1"); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					// Else SIGTERM's save fails too, and Redis stays up.
+					if _, err := srv.Do(t, "CONFIG", "SET", "save", ""); err != nil {
+						t.Error(err)
+					}
+				})
+				if err := os.RemoveAll(misconfDir); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := srv.Do(t, "BGSAVE"); err != nil {
+					t.Fatal(err)
+				}
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+					info, err := srv.Do(t, "INFO", "persistence")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if strings.Contains(fmt.Sprint(info), "rdb_last_bgsave_status:err") {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the BGSAVE did not fail: %v", info)
+					}
+				}
+			}, []string{"Redis refuses writes: it cannot save its RDB snapshot (stop-writes-on-bgsave-error); waiting for it",
+				"the store (--redis) cannot save its RDB snapshot, and refused writes (stop-writes-on-bgsave-error) for 1s (--store-wait)", "MISCONF",
+				"set stop-writes-on-bgsave-error no"}},
+			{"NOREPLICAS: too few replicas", func(t *testing.T, srv *redistest.Server) {
+				if _, err := srv.Do(t, "CONFIG", "SET", "min-replicas-to-write", "1"); err != nil {
+					t.Fatal(err)
+				}
+			}, []string{"Redis refuses writes: it has fewer good replicas than its min-replicas-to-write; waiting for them",
+				"the store (--redis) has fewer good replicas than its min-replicas-to-write, and refused writes for 1s (--store-wait)", "NOREPLICAS",
+				"lower min-replicas-to-write"}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				// The server's working directory, its own (Redis 7 does
+				// not let CONFIG SET change it): the MISCONF case removes it.
+				misconfDir = t.TempDir()
+				srv := redistest.StartServer(t, redistest.WithArgs("--dir", misconfDir))
+				c.setup(t, srv)
+				code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--redis", "redis://"+srv.Addr, "--store-wait", "1s")...)
+				if code == 0 || took < time.Second {
+					t.Fatalf("exit %d after %v; want non-zero after --store-wait 1s:\n%s", code, took, stderr)
+				}
+				for _, w := range c.wants {
+					if !strings.Contains(stderr, w) {
+						t.Errorf("stderr lacks %q:\n%s", w, stderr)
+					}
+				}
+				if strings.Contains(stderr, "not answering") || strings.Contains(stderr, "did not answer") {
+					t.Errorf("stderr calls a server that answers one that does not:\n%s", stderr)
+				}
+			})
+		}
+	})
 	t.Run("a reload to another store", func(t *testing.T) {
 		// The new settings apply at the next start: a store no retry can
 		// mend is refused now; one that cannot decide yet (here: full) is

@@ -41,7 +41,6 @@ import (
 	"github.com/floodgatehq/floodgate/internal/telemetry"
 	"github.com/floodgatehq/floodgate/internal/tracing"
 	"github.com/floodgatehq/floodgate/memstore"
-	"github.com/floodgatehq/floodgate/redisstore"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
 	"github.com/floodgatehq/floodgate/storekit"
@@ -324,22 +323,17 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 			return e.errorf("%v (%s): fix it and start again", err, origin)
 		case e.ctx.Err() != nil:
 			return 1
-		case !f.startDegraded && redisstore.ReadOnlyReplica(err):
-			return e.errorf("the store (%s) is a read-only replica, and did not become a master within %s (--store-wait): %v; point it at the master, or at the Sentinels (--redis-sentinel); --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
-				origin, f.storeWait, err, cfg.Failure.Mode)
-		case !f.startDegraded && redisstore.OutOfMemory(err):
-			return e.errorf("the store (%s) is full: its used memory is above its maxmemory, and it refused writes for %s (--store-wait): %v; give it more memory (maxmemory) or let it evict (maxmemory-policy: see \"Redis memory\" in docs/operations.md); --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
-				origin, f.storeWait, err, cfg.Failure.Mode)
+		case !f.startDegraded && refusalOf(err) != nil:
+			r := refusalOf(err)
+			return e.errorf("the store (%s) %s %s (--store-wait): %v; %s; --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
+				origin, r.failed, f.storeWait, err, r.advice, cfg.Failure.Mode)
 		case !f.startDegraded:
 			return e.errorf("the store (%s) did not answer within %s (--store-wait): %v; --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
 				origin, f.storeWait, err, cfg.Failure.Mode)
 		}
 		what := "the store does not answer"
-		switch {
-		case redisstore.ReadOnlyReplica(err):
-			what = "the store is a read-only replica"
-		case redisstore.OutOfMemory(err):
-			what = "the store is full (out of memory)"
+		if r := refusalOf(err); r != nil {
+			what = r.degraded
 		}
 		log.Warn("starting degraded: "+what+"; unready, deciding by the failure mode until it decides",
 			"store", origin, "mode", cfg.Failure.Mode.String(), "error", err)

@@ -91,7 +91,7 @@ func (e *environ) serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.watch, "watch", 2*time.Second, "how often to look for changed configuration files (0: only on SIGHUP)")
 	fs.DurationVar(&f.drain, "drain", 15*time.Second, "how long SIGTERM waits for requests in flight")
-	fs.DurationVar(&f.storeWait, "store-wait", 10*time.Second, "how long to wait at start for a Redis store that does not answer yet, or is a read-only replica, to decide; then exit, unless --start-degraded")
+	fs.DurationVar(&f.storeWait, "store-wait", 10*time.Second, "how long to wait at start for a Redis store that does not answer yet, or refuses writes (a replica, a full server), to decide; then exit, unless --start-degraded")
 	fs.BoolVar(&f.startDegraded, "start-degraded", false, "start even if Redis cannot decide within --store-wait: unready (/readyz 503), deciding by the failure mode until it can")
 	fs.Float64Var(&f.accessLogSample, "access-log-sample", 0, "share of requests written to the access log at level info, 0 to 1 (keys as salted digests, never as they came); every request is logged at level debug")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve net/http/pprof on this `address` (off by default; keep it on loopback)")

@@ -172,49 +172,18 @@ func TestStoreMisconfiguration(t *testing.T) {
 		if _, err := replica.Do(t, "REPLICAOF", h, p); err != nil {
 			t.Fatal(err)
 		}
-		code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--redis", "redis://"+replica.Addr, "--store-wait", "1500ms")...)
-		if code == 0 || took < 1500*time.Millisecond {
-			t.Fatalf("exit %d after %v; want non-zero after --store-wait 1.5s:\n%s", code, took, stderr)
-		}
-		for _, w := range []string{"Redis answers as a read-only replica; waiting for it to become a master",
+		refusedAtStart(t, listen, replica.Addr, "1500ms", "Redis answers as a read-only replica; waiting for it to become a master",
 			"the store (--redis) is a read-only replica, and did not become a master within 1.5s (--store-wait)", "READONLY",
-			"point it at the master, or at the Sentinels (--redis-sentinel)"} {
-			if !strings.Contains(stderr, w) {
-				t.Errorf("stderr lacks %q:\n%s", w, stderr)
-			}
-		}
-		if strings.Contains(stderr, "not answering") || strings.Contains(stderr, "did not answer") {
-			t.Errorf("stderr calls a replica that answers one that does not:\n%s", stderr)
-		}
+			"point it at the master, or at the Sentinels (--redis-sentinel)")
 
 		// Started degraded, it is not ready while the server is a
 		// replica (which answers PING and TIME), and is once the
 		// replica is promoted; then it decides on it.
-		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...),
-			"--redis", "redis://"+replica.Addr, "--store-wait", "500ms", "--start-degraded")...)
-		defer s.stop()
-		if code, body := get(t, s.http, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "READONLY") {
-			t.Errorf("/readyz at a replica: %d %s; want 503 naming READONLY", code, body)
-		}
-		if !strings.Contains(s.logs.String(), "starting degraded: the store is a read-only replica") {
-			t.Errorf("the log does not say it starts degraded at a replica:\n%s", s.logs)
-		}
-		if _, err := replica.Do(t, "REPLICAOF", "NO", "ONE"); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			code, body := get(t, s.http, "/readyz")
-			if code == http.StatusOK {
-				break
+		degradedUntilMended(t, listen, replica.Addr, "READONLY", "starting degraded: the store is a read-only replica", func() {
+			if _, err := replica.Do(t, "REPLICAOF", "NO", "ONE"); err != nil {
+				t.Fatal(err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz %d %s 30 s after the promotion", code, body)
-			}
-		}
-		resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
-		if err != nil || resp.StatusCode != http.StatusOK || len(r.Decisions) != 1 || r.Decisions[0].Degraded {
-			t.Errorf("check after the promotion: %v %+v", err, r)
-		}
+		})
 	})
 	t.Run("a full Redis: says so, waits --store-wait, then exits", func(t *testing.T) {
 		// maxmemory of 1 byte and noeviction (the default policy): the
@@ -223,55 +192,26 @@ func TestStoreMisconfiguration(t *testing.T) {
 		if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "1"); err != nil {
 			t.Fatal(err)
 		}
-		code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--redis", "redis://"+full.Addr, "--store-wait", "1500ms")...)
-		if code == 0 || took < 1500*time.Millisecond {
-			t.Fatalf("exit %d after %v; want non-zero after --store-wait 1.5s:\n%s", code, took, stderr)
-		}
-		for _, w := range []string{"Redis is full: it refuses writes (its used memory is above its maxmemory); waiting for room",
+		refusedAtStart(t, listen, full.Addr, "1500ms", "Redis is full: it refuses writes (its used memory is above its maxmemory); waiting for room",
 			"the store (--redis) is full: its used memory is above its maxmemory, and it refused writes for 1.5s (--store-wait)", "OOM",
-			`give it more memory (maxmemory) or let it evict (maxmemory-policy: see "Redis memory" in docs/operations.md)`} {
-			if !strings.Contains(stderr, w) {
-				t.Errorf("stderr lacks %q:\n%s", w, stderr)
-			}
-		}
-		if strings.Contains(stderr, "not answering") || strings.Contains(stderr, "did not answer") {
-			t.Errorf("stderr calls a full server that answers one that does not:\n%s", stderr)
-		}
+			`give it more memory (maxmemory) or let it evict (maxmemory-policy: see "Redis memory" in docs/operations.md)`)
 
 		// Started degraded, it is not ready while the server is full,
 		// and is once it has room; then it decides on it.
-		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...),
-			"--redis", "redis://"+full.Addr, "--store-wait", "500ms", "--start-degraded")...)
-		defer s.stop()
-		if code, body := get(t, s.http, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "OOM") {
-			t.Errorf("/readyz at a full server: %d %s; want 503 naming OOM", code, body)
-		}
-		if !strings.Contains(s.logs.String(), "starting degraded: the store is full (out of memory)") {
-			t.Errorf("the log does not say it starts degraded at a full server:\n%s", s.logs)
-		}
-		if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "0"); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			code, body := get(t, s.http, "/readyz")
-			if code == http.StatusOK {
-				break
+		degradedUntilMended(t, listen, full.Addr, "OOM", "starting degraded: the store is full (out of memory)", func() {
+			if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "0"); err != nil {
+				t.Fatal(err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz %d %s 30 s after the server had room", code, body)
-			}
-		}
-		resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
-		if err != nil || resp.StatusCode != http.StatusOK || len(r.Decisions) != 1 || r.Decisions[0].Degraded {
-			t.Errorf("check once the server had room: %v %+v", err, r)
-		}
+		})
 	})
 	t.Run("a server that refuses writes: says why, waits --store-wait, then exits", func(t *testing.T) {
 		var misconfDir string
 		for _, c := range []struct {
-			name  string
-			setup func(t *testing.T, srv *redistest.Server)
-			wants []string
+			name        string
+			setup       func(t *testing.T, srv *redistest.Server)
+			wants       []string
+			reply, line string   // /readyz's and --start-degraded's
+			mend        []string // the command that mends it
 		}{
 			{"MISCONF: its snapshot fails", func(t *testing.T, srv *redistest.Server) {
 				// A save point, and a BGSAVE into a directory that is
@@ -305,14 +245,18 @@ func TestStoreMisconfiguration(t *testing.T) {
 				}
 			}, []string{"Redis refuses writes: it cannot save its RDB snapshot (stop-writes-on-bgsave-error); waiting for it",
 				"the store (--redis) cannot save its RDB snapshot, and refused writes (stop-writes-on-bgsave-error) for 1s (--store-wait)", "MISCONF",
-				"set stop-writes-on-bgsave-error no"}},
+				"set stop-writes-on-bgsave-error no"},
+				"MISCONF", "starting degraded: the store refuses writes: it cannot save its RDB snapshot (MISCONF)",
+				[]string{"CONFIG", "SET", "stop-writes-on-bgsave-error", "no"}},
 			{"NOREPLICAS: too few replicas", func(t *testing.T, srv *redistest.Server) {
 				if _, err := srv.Do(t, "CONFIG", "SET", "min-replicas-to-write", "1"); err != nil {
 					t.Fatal(err)
 				}
 			}, []string{"Redis refuses writes: it has fewer good replicas than its min-replicas-to-write; waiting for them",
 				"the store (--redis) has fewer good replicas than its min-replicas-to-write, and refused writes for 1s (--store-wait)", "NOREPLICAS",
-				"lower min-replicas-to-write"}},
+				"lower min-replicas-to-write"},
+				"NOREPLICAS", "starting degraded: the store refuses writes: it has fewer good replicas than its min-replicas-to-write (NOREPLICAS)",
+				[]string{"CONFIG", "SET", "min-replicas-to-write", "0"}},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				// The server's working directory, its own (Redis 7 does
@@ -320,18 +264,12 @@ func TestStoreMisconfiguration(t *testing.T) {
 				misconfDir = t.TempDir()
 				srv := redistest.StartServer(t, redistest.WithArgs("--dir", misconfDir))
 				c.setup(t, srv)
-				code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--redis", "redis://"+srv.Addr, "--store-wait", "1s")...)
-				if code == 0 || took < time.Second {
-					t.Fatalf("exit %d after %v; want non-zero after --store-wait 1s:\n%s", code, took, stderr)
-				}
-				for _, w := range c.wants {
-					if !strings.Contains(stderr, w) {
-						t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				refusedAtStart(t, listen, srv.Addr, "1s", c.wants...)
+				degradedUntilMended(t, listen, srv.Addr, c.reply, c.line, func() {
+					if _, err := srv.Do(t, c.mend...); err != nil {
+						t.Fatal(err)
 					}
-				}
-				if strings.Contains(stderr, "not answering") || strings.Contains(stderr, "did not answer") {
-					t.Errorf("stderr calls a server that answers one that does not:\n%s", stderr)
-				}
+				})
 			})
 		}
 	})
@@ -418,4 +356,59 @@ func TestStoreMisconfiguration(t *testing.T) {
 			t.Errorf("the log does not say it starts degraded:\n%s", s.logs)
 		}
 	})
+}
+
+// refusedAtStart runs serve at a Redis that answers and refuses writes,
+// with --store-wait wait: serve must wait that long, then exit non-zero,
+// its stderr holding every one of wants and never saying that the server
+// does not answer.
+func refusedAtStart(t *testing.T, listen []string, addr, wait string, wants ...string) {
+	t.Helper()
+	d, err := time.ParseDuration(wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--redis", "redis://"+addr, "--store-wait", wait)...)
+	if code == 0 || took < d {
+		t.Fatalf("exit %d after %v; want non-zero after --store-wait %v:\n%s", code, took, d, stderr)
+	}
+	for _, w := range wants {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	if strings.Contains(stderr, "not answering") || strings.Contains(stderr, "did not answer") {
+		t.Errorf("stderr calls a server that answers one that does not:\n%s", stderr)
+	}
+}
+
+// degradedUntilMended starts serve --start-degraded at a Redis that
+// refuses writes: /readyz must answer 503 naming reply (the refusal's
+// code) and the log hold logLine; once mend has run, /readyz must answer
+// 200 within 30 s, and a check be decided by the store.
+func degradedUntilMended(t *testing.T, listen []string, addr, reply, logLine string, mend func()) {
+	t.Helper()
+	s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...),
+		"--redis", "redis://"+addr, "--store-wait", "500ms", "--start-degraded")...)
+	defer s.stop()
+	if code, body := get(t, s.http, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, reply) {
+		t.Errorf("/readyz: %d %s; want 503 naming %s", code, body, reply)
+	}
+	if !strings.Contains(s.logs.String(), logLine) {
+		t.Errorf("the log lacks %q:\n%s", logLine, s.logs)
+	}
+	mend()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body := get(t, s.http, "/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz %d %s 30 s after the store was mended", code, body)
+		}
+	}
+	resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
+	if err != nil || resp.StatusCode != http.StatusOK || len(r.Decisions) != 1 || r.Decisions[0].Degraded {
+		t.Errorf("check once the store was mended: %v %+v", err, r)
+	}
 }

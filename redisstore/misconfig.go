@@ -46,24 +46,49 @@ func Misconfigured(err error) bool {
 	return false
 }
 
-// ReadOnlyReplica reports whether err, from a store of this package (Ping,
-// Preload, a decision), is a replica's refusal of a write (READONLY): the
-// address the store dials names a replica. That passes if the replica is
-// promoted (a failover behind a name that moved), and not otherwise: a
-// plain client pointed at a replica should point at its master, or at the
-// Sentinels.
-func ReadOnlyReplica(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "READONLY ")
+// WritesRefused returns the code of the error reply in err, from a store
+// of this package (Ping, Preload, a decision), when it is one by which a
+// Redis that answers refuses every write, for a state that may pass:
+//
+//   - "READONLY": the server is a replica (the address names a replica; a
+//     failover may promote it, else the store should name its master, or
+//     the Sentinels);
+//   - "OOM": its used memory is above its maxmemory, and its
+//     maxmemory-policy evicts no key to make room (keys expiring, or more
+//     memory, end it);
+//   - "MISCONF": it cannot save its RDB snapshot, and
+//     stop-writes-on-bgsave-error is on (a save that succeeds ends it);
+//   - "NOREPLICAS": it has fewer good replicas than its
+//     min-replicas-to-write.
+//
+// It returns "" for any other error, and for nil. Meanwhile no decision
+// can be made: each fails with that error.
+func WritesRefused(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	for _, r := range writeRefusals {
+		if strings.Contains(msg, r.reply) {
+			return r.code
+		}
+	}
+	return ""
 }
 
-// OutOfMemory reports whether err, from a store of this package (Ping,
-// Preload, a decision), is a full server's refusal of a write (OOM): its
-// used memory is above its maxmemory, and its maxmemory-policy evicts no
-// key to make room (noeviction, or no key the policy may evict). That
-// passes once keys expire or the server is given more memory, not
-// otherwise; meanwhile every decision that writes fails.
-func OutOfMemory(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "OOM command not allowed")
+// writeRefusals are the replies WritesRefused knows, by the text that
+// begins each.
+var writeRefusals = []struct{ code, reply string }{
+	{"READONLY", "READONLY "},
+	{"OOM", "OOM command not allowed"},
+	{"MISCONF", "MISCONF "},
+	{"NOREPLICAS", "NOREPLICAS "},
+}
+
+// ReadOnlyReplica reports whether err is a replica's refusal of a write
+// (WritesRefused is "READONLY").
+func ReadOnlyReplica(err error) bool {
+	return WritesRefused(err) == "READONLY"
 }
 
 // misconfigured are the reply prefixes (and client messages) of errors no

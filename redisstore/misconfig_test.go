@@ -88,9 +88,9 @@ func TestMisconfigured(t *testing.T) {
 	fo := base()
 	fo.Addr, fo.Username, fo.Password = full.Addr, "", ""
 	err = ping(fo)
-	if !redisstore.OutOfMemory(err) || redisstore.Misconfigured(err) || redisstore.ReadOnlyReplica(err) {
-		t.Errorf("at a full server: %v; OutOfMemory %v, Misconfigured %v, ReadOnlyReplica %v; want true, false, false",
-			err, redisstore.OutOfMemory(err), redisstore.Misconfigured(err), redisstore.ReadOnlyReplica(err))
+	if redisstore.WritesRefused(err) != "OOM" || redisstore.Misconfigured(err) || redisstore.ReadOnlyReplica(err) {
+		t.Errorf("at a full server: %v; WritesRefused %q, Misconfigured %v, ReadOnlyReplica %v; want OOM, false, false",
+			err, redisstore.WritesRefused(err), redisstore.Misconfigured(err), redisstore.ReadOnlyReplica(err))
 	}
 	if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "0"); err != nil {
 		t.Fatal(err)
@@ -98,8 +98,8 @@ func TestMisconfigured(t *testing.T) {
 	if err := ping(fo); err != nil {
 		t.Errorf("once the server has room: %v", err)
 	}
-	if redisstore.OutOfMemory(nil) || redisstore.OutOfMemory(errors.New("i/o timeout")) {
-		t.Error("nil or a timeout called out of memory")
+	if redisstore.WritesRefused(nil) != "" || redisstore.WritesRefused(errors.New("i/o timeout")) != "" {
+		t.Error("nil or a timeout called a refusal of writes")
 	}
 
 	// A replica answers Ping (TIME) and refuses the library's load: not
@@ -110,8 +110,9 @@ func TestMisconfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = ping(base())
-	if !redisstore.ReadOnlyReplica(err) || redisstore.Misconfigured(err) {
-		t.Errorf("at a replica: %v; ReadOnlyReplica %v, Misconfigured %v; want true, false", err, redisstore.ReadOnlyReplica(err), redisstore.Misconfigured(err))
+	if !redisstore.ReadOnlyReplica(err) || redisstore.WritesRefused(err) != "READONLY" || redisstore.Misconfigured(err) {
+		t.Errorf("at a replica: %v; ReadOnlyReplica %v, WritesRefused %q, Misconfigured %v; want true, READONLY, false",
+			err, redisstore.ReadOnlyReplica(err), redisstore.WritesRefused(err), redisstore.Misconfigured(err))
 	}
 	if redisstore.ReadOnlyReplica(nil) || redisstore.ReadOnlyReplica(errors.New("i/o timeout")) {
 		t.Error("nil or a timeout called a replica's refusal")

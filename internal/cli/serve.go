@@ -702,12 +702,12 @@ func checkNewStore(ctx context.Context, cfg *config.Config, log *slog.Logger) er
 	if errors.Is(err, errStoreMisconfigured) {
 		return fmt.Errorf("the new store settings: %w", err)
 	}
+	attrs := []any{"new_store_answers", err == nil}
 	if err != nil {
 		// Not answering yet, a replica, full: it may be mended by then.
-		log.Warn("the store settings changed; they take effect at the next start (the store in use stays)", "new_store_answers", false, "error", err)
-		return nil
+		attrs = append(attrs, "error", err)
 	}
-	log.Warn("the store settings changed; they take effect at the next start (the store in use stays)", "new_store_answers", true)
+	log.Warn("the store settings changed; they take effect at the next start (the store in use stays)", attrs...)
 	return nil
 }
 

@@ -257,35 +257,35 @@ func probeStore(ctx context.Context, st *openedStore, wait time.Duration, log *s
 	}
 }
 
-// A refusal is a state in which Redis answers but refuses every write, so
-// that no decision can be made: one that may pass (a failover, keys
-// expiring, a disk mended), for which serve waits --store-wait, naming
-// it, rather than saying the server does not answer.
+// A refusal is a state in which Redis answers but refuses every write
+// (redisstore.WritesRefused), so that no decision can be made, and which
+// may pass (a failover, keys expiring, a disk mended): serve waits
+// --store-wait, naming it, rather than saying the server does not answer.
 type refusal struct {
-	is       func(error) bool
 	waiting  string // the warning while serve waits
 	degraded string // what --start-degraded starts without: "the store …"
 	failed   string // serve's exit: "the store (origin) <failed> <wait> (--store-wait)"
 	advice   string // what to do
 }
 
-var refusals = []refusal{
-	{is: redisstore.ReadOnlyReplica,
+// refusals are the refusals by redisstore.WritesRefused's codes.
+var refusals = map[string]*refusal{
+	"READONLY": {
 		waiting:  "Redis answers as a read-only replica; waiting for it to become a master",
 		degraded: "the store is a read-only replica",
 		failed:   "is a read-only replica, and did not become a master within",
 		advice:   "point it at the master, or at the Sentinels (--redis-sentinel)"},
-	{is: redisstore.OutOfMemory,
+	"OOM": {
 		waiting:  "Redis is full: it refuses writes (its used memory is above its maxmemory); waiting for room",
 		degraded: "the store is full (out of memory)",
 		failed:   "is full: its used memory is above its maxmemory, and it refused writes for",
 		advice:   `give it more memory (maxmemory) or let it evict (maxmemory-policy: see "Redis memory" in docs/operations.md)`},
-	{is: replyIs("MISCONF "),
+	"MISCONF": {
 		waiting:  "Redis refuses writes: it cannot save its RDB snapshot (stop-writes-on-bgsave-error); waiting for it",
 		degraded: "the store refuses writes: it cannot save its RDB snapshot (MISCONF)",
 		failed:   "cannot save its RDB snapshot, and refused writes (stop-writes-on-bgsave-error) for",
 		advice:   "its log says why (a full or read-only disk, a dir that is gone): mend that, or set stop-writes-on-bgsave-error no"},
-	{is: replyIs("NOREPLICAS "),
+	"NOREPLICAS": {
 		waiting:  "Redis refuses writes: it has fewer good replicas than its min-replicas-to-write; waiting for them",
 		degraded: "the store refuses writes: it has fewer good replicas than its min-replicas-to-write (NOREPLICAS)",
 		failed:   "has fewer good replicas than its min-replicas-to-write, and refused writes for",
@@ -294,18 +294,7 @@ var refusals = []refusal{
 
 // refusalOf returns the refusal err reports, or nil.
 func refusalOf(err error) *refusal {
-	for i := range refusals {
-		if refusals[i].is(err) {
-			return &refusals[i]
-		}
-	}
-	return nil
-}
-
-// replyIs returns a test of whether an error holds Redis's error reply
-// of the code given (with its following space).
-func replyIs(code string) func(error) bool {
-	return func(err error) bool { return err != nil && strings.Contains(err.Error(), code) }
+	return refusals[redisstore.WritesRefused(err)]
 }
 
 // protocolMismatch tells a server that answers in another protocol than

@@ -2,6 +2,8 @@ package floodgatetest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -160,6 +162,56 @@ func TestMaxAdmitted(t *testing.T) {
 	} {
 		if got := MaxAdmitted(parse(c.text), 1, c.first, c.last); got != c.want {
 			t.Errorf("MaxAdmitted(%s, 1, %d, %d) = %d, want %d", c.text, c.first, c.last, got, c.want)
+		}
+	}
+}
+
+// TestBaselineVectorsUnchanged: the copy of the baseline vectors is the
+// one recorded in testdata/vectors.sha256 (sha256sum's format), file for
+// file. Unlike TestVectorsInStep it needs nothing beside the repository,
+// so a clean checkout (CI) checks too that no one edited the baseline
+// every store must replay unchanged. The record changes only with the
+// baseline itself: copy ../shared/vectors again, then
+// (cd testdata/vectors && sha256sum * > ../vectors.sha256).
+func TestBaselineVectorsUnchanged(t *testing.T) {
+	record, err := os.ReadFile(filepath.Join("testdata", "vectors.sha256"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(record)), "\n") {
+		sum, name, ok := strings.Cut(line, "  ")
+		if !ok || len(sum) != 64 {
+			t.Fatalf("testdata/vectors.sha256: %q is not a line of sha256sum", line)
+		}
+		want[name] = sum
+	}
+	entries, err := os.ReadDir(filepath.Join("testdata", "vectors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("testdata", "vectors", e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[e.Name()] = fmt.Sprintf("%x", sha256.Sum256(b))
+	}
+	for name, sum := range want {
+		switch g, ok := got[name]; {
+		case !ok:
+			t.Errorf("testdata/vectors/%s is gone", name)
+		case g != sum:
+			t.Errorf("testdata/vectors/%s changed (sha256 %s, recorded %s): the baseline is replayed unchanged", name, g, sum)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("testdata/vectors/%s is not in testdata/vectors.sha256: the baseline's folder holds its files alone", name)
 		}
 	}
 }

@@ -81,7 +81,12 @@
 // timeout, CLUSTERDOWN), at most every 250 ms: go-redis itself does so only
 // on MOVED and every ClusterStateReloadInterval (60 s by default; floodgate
 // serve uses 500 ms), so without the hook a dead master's slots would go to
-// its address long after a replica took over. Node names the master of a
+// its address long after a replica took over. go-redis also sleeps its
+// retry backoff (MinRetryBackoff, 8 ms by default) before it follows a
+// MOVED or ASK inside a pipeline, so that while a slot moves each batch
+// touching it waits that long: build the cluster client with
+// MinRetryBackoff and MaxRetryBackoff -1 (no backoff; floodgate serve
+// does) to follow a redirection at once. Node names the master of a
 // key, which makes the Store a storekit.Router: wrapped by package failure,
 // each master gets its own circuit breaker.
 //

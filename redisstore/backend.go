@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -246,7 +247,14 @@ func (g goRedis) loadLibrary(ctx context.Context, src string) error {
 		return err
 	}
 	if cc, ok := g.c.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, load)
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			if err := load(ctx, c); err != nil {
+				// Which master (one of them may be full, say), after
+				// the reply, which the callers read from its start.
+				return fmt.Errorf("%w (master %s)", err, c.Options().Addr)
+			}
+			return nil
+		})
 	}
 	if c, ok := g.c.(*redis.Client); ok {
 		return load(ctx, c)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +117,29 @@ func TestMisconfigured(t *testing.T) {
 	}
 	if redisstore.ReadOnlyReplica(nil) || redisstore.ReadOnlyReplica(errors.New("i/o timeout")) {
 		t.Error("nil or a timeout called a replica's refusal")
+	}
+}
+
+// TestPreloadNamesTheMaster: on a Cluster whose one master refuses
+// writes (full: maxmemory of 1 byte), Preload's error names the refusal
+// and that master's address, so that an operator knows which to mend;
+// once it has room, Preload succeeds.
+func TestPreloadNamesTheMaster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3)
+	s := newStore(t, clusterClient(t, cl))
+	full := cl.Nodes[1]
+	if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "1"); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Preload(context.Background())
+	if redisstore.WritesRefused(err) != "OOM" || !strings.Contains(err.Error(), "(master "+full.Addr+")") {
+		t.Errorf("Preload with a full master: %v; want OOM, naming master %s", err, full.Addr)
+	}
+	if _, err := full.Do(t, "CONFIG", "SET", "maxmemory", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Preload(context.Background()); err != nil {
+		t.Errorf("Preload once the master has room: %v", err)
 	}
 }

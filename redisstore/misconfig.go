@@ -59,7 +59,9 @@ func Misconfigured(err error) bool {
 //   - "MISCONF": it cannot save its RDB snapshot, and
 //     stop-writes-on-bgsave-error is on (a save that succeeds ends it);
 //   - "NOREPLICAS": it has fewer good replicas than its
-//     min-replicas-to-write.
+//     min-replicas-to-write;
+//   - "LOADING": it is loading its dataset into memory (after a restart),
+//     and refuses reads as well until it is done.
 //
 // It returns "" for any other error, and for nil. Meanwhile no decision
 // can be made: each fails with that error.
@@ -83,6 +85,7 @@ var writeRefusals = []struct{ code, reply string }{
 	{"OOM", "OOM command not allowed"},
 	{"MISCONF", "MISCONF "},
 	{"NOREPLICAS", "NOREPLICAS "},
+	{"LOADING", "LOADING "},
 }
 
 // ReadOnlyReplica reports whether err is a replica's refusal of a write

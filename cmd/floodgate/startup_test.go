@@ -208,12 +208,13 @@ func TestStoreMisconfiguration(t *testing.T) {
 		var misconfDir string
 		for _, c := range []struct {
 			name        string
+			args        []string // redis-server's, beyond --dir
 			setup       func(t *testing.T, srv *redistest.Server)
 			wants       []string
 			reply, line string   // /readyz's and --start-degraded's
 			mend        []string // the command that mends it
 		}{
-			{"MISCONF: its snapshot fails", func(t *testing.T, srv *redistest.Server) {
+			{"MISCONF: its snapshot fails", nil, func(t *testing.T, srv *redistest.Server) {
 				// A save point, and a BGSAVE into a directory that is
 				// gone: Redis refuses writes until a save succeeds.
 				if _, err := srv.Do(t, "CONFIG", "SET", "save", "3600 1"); err != nil {
@@ -248,7 +249,7 @@ func TestStoreMisconfiguration(t *testing.T) {
 				"set stop-writes-on-bgsave-error no"},
 				"MISCONF", "starting degraded: the store refuses writes: it cannot save its RDB snapshot (MISCONF)",
 				[]string{"CONFIG", "SET", "stop-writes-on-bgsave-error", "no"}},
-			{"NOREPLICAS: too few replicas", func(t *testing.T, srv *redistest.Server) {
+			{"NOREPLICAS: too few replicas", nil, func(t *testing.T, srv *redistest.Server) {
 				if _, err := srv.Do(t, "CONFIG", "SET", "min-replicas-to-write", "1"); err != nil {
 					t.Fatal(err)
 				}
@@ -257,12 +258,34 @@ func TestStoreMisconfiguration(t *testing.T) {
 				"lower min-replicas-to-write"},
 				"NOREPLICAS", "starting degraded: the store refuses writes: it has fewer good replicas than its min-replicas-to-write (NOREPLICAS)",
 				[]string{"CONFIG", "SET", "min-replicas-to-write", "0"}},
+			// 100,000 keys loaded at 150 µs each: at least 15 s of
+			// LOADING, far beyond --store-wait, whatever the machine's
+			// speed; answering while it loads, after every 1 KiB read
+			// (about 100 keys, 15 ms).
+			{"LOADING: its dataset", []string{"--key-load-delay", "150", "--loading-process-events-interval-bytes", "1024"},
+				func(t *testing.T, srv *redistest.Server) {
+					if _, err := srv.Do(t, "EVAL", "for i = 1, 100000 do redis.call('SET', 'k' .. i, i) end", "0"); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := srv.Do(t, "SAVE"); err != nil {
+						t.Fatal(err)
+					}
+					srv.Restart(t) // it answers INFO while it loads
+					if _, err := srv.Do(t, "GET", "k1"); err == nil || !strings.Contains(err.Error(), "LOADING") {
+						t.Fatalf("after the restart, GET: %v; want LOADING", err)
+					}
+				}, []string{"Redis is loading its dataset into memory; waiting for it",
+					"the store (--redis) was still loading its dataset after 1s (--store-wait)", "LOADING",
+					"give --store-wait the time its load takes"},
+				"LOADING", "starting degraded: the store is loading its dataset (LOADING)",
+				// The rest loads at once.
+				[]string{"CONFIG", "SET", "key-load-delay", "0"}},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				// The server's working directory, its own (Redis 7 does
 				// not let CONFIG SET change it): the MISCONF case removes it.
 				misconfDir = t.TempDir()
-				srv := redistest.StartServer(t, redistest.WithArgs("--dir", misconfDir))
+				srv := redistest.StartServer(t, redistest.WithArgs(append([]string{"--dir", misconfDir}, c.args...)...))
 				c.setup(t, srv)
 				refusedAtStart(t, listen, srv.Addr, "1s", c.wants...)
 				degradedUntilMended(t, listen, srv.Addr, c.reply, c.line, func() {

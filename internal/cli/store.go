@@ -290,6 +290,11 @@ var refusals = map[string]*refusal{
 		degraded: "the store refuses writes: it has fewer good replicas than its min-replicas-to-write (NOREPLICAS)",
 		failed:   "has fewer good replicas than its min-replicas-to-write, and refused writes for",
 		advice:   "bring its replicas back, or lower min-replicas-to-write"},
+	"LOADING": {
+		waiting:  "Redis is loading its dataset into memory; waiting for it",
+		degraded: "the store is loading its dataset (LOADING)",
+		failed:   "was still loading its dataset after",
+		advice:   "give --store-wait the time its load takes (its log says how long)"},
 }
 
 // refusalOf returns the refusal err reports, or nil.

@@ -68,7 +68,7 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 		}
 		return &openedStore{store: m, memory: m, close: func() { m.Close() }}, nil
 	}
-	client, err := redisClient(cfg)
+	client, sentinel, err := redisClient(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 		client.Close()
 		return nil, err
 	}
-	st := &openedStore{store: rs, redis: rs, close: func() { rs.Close(); client.Close() }, tls: s.UsesTLS()}
+	st := &openedStore{store: rs, redis: rs, close: func() { rs.Close(); client.Close() }, tls: s.UsesTLS(), sentinel: sentinel}
 	switch c := client.(type) {
 	case *redis.Client:
 		st.poolSize = c.Options().PoolSize
@@ -103,12 +103,6 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 		}
 	} else if hp := s.HostPorts(); len(hp) > 0 {
 		st.addr = hp[0]
-	}
-	if s.Type == "redis-sentinel" {
-		st.sentinel = &redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.HostPorts()}
-		if s.UsesTLS() {
-			st.sentinel.TLSConfig, _ = s.TLS.Config() // redisClient read it without error
-		}
 	}
 	return st, nil
 }
@@ -143,8 +137,10 @@ func logMemoryBound(log *slog.Logger, m *memstore.Store, maxKeys int) {
 
 // redisClient builds the go-redis client of the configured Redis store.
 // Store calls are bounded by their context (ContextTimeoutEnabled); a call
-// that may have run is never retried (MaxRetries -1).
-func redisClient(cfg *config.Config) (redis.UniversalClient, error) {
+// that may have run is never retried (MaxRetries -1). For a Sentinel store
+// it also returns the client's options, by which masterUnknown asks the
+// sentinels; nil for the others.
+func redisClient(cfg *config.Config) (redis.UniversalClient, *redis.FailoverOptions, error) {
 	s := cfg.Store
 	timeouts := func(dial, rw *time.Duration) {
 		*dial = max(time.Second, 5*s.Timeout)
@@ -154,14 +150,14 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, error) {
 	if s.UsesTLS() {
 		var err error
 		if tlsConfig, err = s.TLS.Config(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	switch s.Type {
 	case "redis":
 		o, err := redis.ParseURL(s.URL)
 		if err != nil {
-			return nil, fmt.Errorf("store url: %w", err)
+			return nil, nil, fmt.Errorf("store url: %w", err)
 		}
 		o.MaxRetries, o.ContextTimeoutEnabled = -1, true
 		timeouts(&o.DialTimeout, &o.ReadTimeout)
@@ -172,7 +168,7 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, error) {
 			}
 			o.TLSConfig = tlsConfig
 		}
-		return redis.NewClient(o), nil
+		return redis.NewClient(o), nil, nil
 	case "redis-cluster":
 		o := &redis.ClusterOptions{Addrs: s.HostPorts(), Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true, TLSConfig: tlsConfig,
 			// The slot map is read again twice a second while decisions are
@@ -185,15 +181,15 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, error) {
 			ReadOnly: s.ReadFromReplicas, RouteRandomly: s.ReadFromReplicas}
 		timeouts(&o.DialTimeout, &o.ReadTimeout)
 		o.WriteTimeout = o.ReadTimeout
-		return redis.NewClusterClient(o), nil
+		return redis.NewClusterClient(o), nil, nil
 	case "redis-sentinel":
 		o := &redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.HostPorts(), Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true,
 			TLSConfig: tlsConfig} // to the sentinels and to the master they name
 		timeouts(&o.DialTimeout, &o.ReadTimeout)
 		o.WriteTimeout = o.ReadTimeout
-		return redis.NewFailoverClient(o), nil
+		return redis.NewFailoverClient(o), o, nil
 	}
-	return nil, fmt.Errorf("store type %q", s.Type)
+	return nil, nil, fmt.Errorf("store type %q", s.Type)
 }
 
 // errStoreMisconfigured is wrapped by probeStore's error when no retry can

@@ -48,7 +48,7 @@ const domain = "bench"
 // A contender is one service configuration under test.
 type contender struct {
 	name string
-	kind string // "ratelimit" or "floodgate"
+	kind string // "ratelimit", "floodgate" or "floor"
 	// ratelimit: environment variables beyond the common ones (startEnvoy).
 	env []string
 	// floodgate: the body of floodgate.yaml next to the domain file; empty:
@@ -85,6 +85,9 @@ func contenders() []contender {
 		{name: "floodgate-nocache", kind: "floodgate",
 			fgConfig: "store:\n  over_limit_cache: false\n",
 			note:     "store.over_limit_cache false"},
+		// Not a rate limiter: what the gRPC layer costs alone (floor.go).
+		{name: "floor", kind: "floor",
+			note: "not a rate limiter: a grpc-go server of the same API (this program, floor.go) that answers OK to every request without deciding or touching Redis; its decisions/s bound what any Go service of this API reaches on this machine with this load generator"},
 		// envoyproxy/ratelimit's pipeline window takes effect in cluster
 		// mode only (src/redis/driver_impl.go at the pinned version), so
 		// these three run on a one-node Redis Cluster of their own.
@@ -214,6 +217,13 @@ func (e *env) start(ctx context.Context, c contender, run int) (*process, error)
 		p.cmd = exec.Command(e.floodgate, append([]string{"serve", "--config", dir,
 			"--http", p.httpAddr, "--grpc", p.grpcAddr}, store...)...)
 		p.cmd.Env = os.Environ()
+	case "floor":
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("floor: %w", err)
+		}
+		p.cmd = exec.Command(self)
+		p.cmd.Env = append(os.Environ(), floorEnv+"="+p.grpcAddr)
 	default:
 		return nil, fmt.Errorf("contender %s: unknown kind %q", c.name, c.kind)
 	}

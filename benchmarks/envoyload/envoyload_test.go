@@ -46,6 +46,7 @@ func binaries(t *testing.T) (string, string) {
 }
 
 func TestMain(m *testing.M) {
+	serveFloorFromEnv() // the tests' binary is the floor contender too
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -84,6 +85,20 @@ func TestContendersDecideRight(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cl.close()
+
+			if c.kind == "floor" {
+				// The floor decides nothing: it admits everything.
+				for range 10 {
+					code, err := cl.check(ctx, 0, "check", "floor", 5*time.Second)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if code != codeOK {
+						t.Fatalf("the floor answered %v, want OK to every request", code)
+					}
+				}
+				return
+			}
 
 			// A window boundary (the top of the hour) between the first
 			// and the last request would reset the counter: try again then.
@@ -151,10 +166,11 @@ func TestContendersDecideRight(t *testing.T) {
 }
 
 // TestRunEndToEnd runs the whole harness in miniature (one pass, short
-// runs, the two plain contenders, three workloads) and checks what every
-// run answered: no errors, every decision under the out-of-reach limit OK,
-// and over the 100/s limit at most 100 OK per second the measured window
-// touches. It asserts nothing about speed.
+// runs, the two plain contenders and the floor, three workloads) and checks
+// what every run answered: no errors, every decision under the
+// out-of-reach limit OK, and over the 100/s limit at most 100 OK per second
+// the measured window touches (the floor: every decision OK). It asserts
+// nothing about speed.
 func TestRunEndToEnd(t *testing.T) {
 	fg, rl := binaries(t)
 	out := t.TempDir()
@@ -163,7 +179,7 @@ func TestRunEndToEnd(t *testing.T) {
 		root: root, rlModule: rlModule, fgBin: fg, rlBin: rl,
 		passes: 1, warmup: 100 * time.Millisecond, duration: 400 * time.Millisecond,
 		openRate: 500, openWorkers: 16, conns: 2,
-		contenders: regexp.MustCompile(`^(ratelimit|ratelimit-localcache|floodgate)$`),
+		contenders: regexp.MustCompile(`^(ratelimit|ratelimit-localcache|floodgate|floor)$`),
 		workloads:  regexp.MustCompile(`^(hot16|overlimit|open)$`),
 		maxForeign: 100, maxTries: 1, outDir: out, logw: &logBuf,
 		commandLine: "go test", redisServer: "redis-server",
@@ -173,8 +189,8 @@ func TestRunEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, logBuf.String())
 	}
-	if len(rows) != 9 {
-		t.Fatalf("%d runs, want 9 (3 contenders × 3 workloads)", len(rows))
+	if len(rows) != 12 {
+		t.Fatalf("%d runs, want 12 (4 contenders × 3 workloads)", len(rows))
 	}
 	for _, r := range rows {
 		name := r.w.name + "/" + r.c.name
@@ -188,12 +204,16 @@ func TestRunEndToEnd(t *testing.T) {
 		if r.degraded > 0 {
 			t.Errorf("%s: %d degraded decisions", name, r.degraded)
 		}
-		switch r.w.rule {
-		case "user":
+		switch {
+		case r.c.kind == "floor":
+			if res.overLimit != 0 {
+				t.Errorf("%s: %d OVER_LIMIT from the floor, which admits everything", name, res.overLimit)
+			}
+		case r.w.rule == "user":
 			if res.overLimit != 0 {
 				t.Errorf("%s: %d OVER_LIMIT under a limit of 10^9 per minute", name, res.overLimit)
 			}
-		case "hot":
+		case r.w.rule == "hot":
 			// The window [warm-up end, end) of 400 ms touches at most two
 			// one-second windows.
 			if res.ok > 200 {
@@ -216,11 +236,23 @@ func TestRunEndToEnd(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
 	}
+	// The floor's table: a row for each closed workload, none for the
+	// open loop.
+	_, floor, _ := strings.Cut(string(report), "The floor (")
+	floor, _, _ = strings.Cut(floor, "Contenders:")
+	for _, want := range []string{"| 1 key under its limit (10^9/min), closed c=16 | ratelimit |", "| 1 key over its limit (100/s), closed c=64 | ratelimit-localcache |"} {
+		if !strings.Contains(floor, want) {
+			t.Errorf("the floor's table lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Contains(floor, "open 500/s") {
+		t.Errorf("the floor's table has the open loop:\n%s", report)
+	}
 	tsv, err := os.ReadFile(filepath.Join(out, "envoy.tsv"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(tsv), "\n"); n != 10 {
-		t.Errorf("envoy.tsv has %d lines, want a header and 9 runs", n)
+	if n := strings.Count(string(tsv), "\n"); n != 13 {
+		t.Errorf("envoy.tsv has %d lines, want a header and 12 runs", n)
 	}
 }

@@ -65,6 +65,7 @@ type options struct {
 }
 
 func main() {
+	serveFloorFromEnv()
 	var o options
 	var contRe, workRe string
 	flag.StringVar(&o.root, "root", "..", "the floodgate repository (built with go build ./cmd/floodgate)")

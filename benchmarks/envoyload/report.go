@@ -149,6 +149,8 @@ func printReport(w io.Writer, rows []row, ws []workload, cs []contender, o optio
 		fmt.Fprintln(w)
 	}
 
+	printFloor(w, rows, ws, cs)
+
 	fmt.Fprintln(w, "Contenders:")
 	fmt.Fprintln(w)
 	for _, c := range cs {
@@ -158,6 +160,59 @@ func printReport(w io.Writer, rows []row, ws []workload, cs []contender, o optio
 	fmt.Fprintln(w, "The Envoy domain file both load unchanged (requests: domain `bench`, one descriptor `{user: uN}` or `{hot: u0}`, hits_addend 1):")
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "```yaml\n", domainYAML, "```\n")
+}
+
+// printFloor writes, when the floor contender ran, how far each workload's
+// baseline and floodgate stand from it: the floor's decisions/s divided by
+// the baseline's is the most any Go service of Envoy's API could reach
+// against the baseline on this machine with this load generator (the
+// floor decides nothing and keeps nothing), so a target of k× the baseline
+// is out of reach for every service where it is under k.
+func printFloor(w io.Writer, rows []row, ws []workload, cs []contender) {
+	var floor, fg contender
+	for _, c := range cs {
+		switch c.name {
+		case "floor":
+			floor = c
+		case "floodgate":
+			fg = c
+		}
+	}
+	if floor.name == "" {
+		return
+	}
+	fmt.Fprintln(w, "The floor (a gRPC server of the same API that decides nothing; closed loops only):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| workload | baseline | floor decisions/s | floor CPU µs/decision | floor ÷ baseline: the most any service reaches | floodgate ÷ floor |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: |")
+	for _, wl := range ws {
+		if wl.open() {
+			continue
+		}
+		fl, ok := summarize(rows, wl, floor)
+		if !ok {
+			continue
+		}
+		vs := func(c contender, of cell, inverse bool) string {
+			ce, ok := summarize(rows, wl, c)
+			if !ok || c.name == "" || ce.perSec == 0 || of.perSec == 0 {
+				return "—"
+			}
+			if inverse {
+				return fmt.Sprintf("%.2f×", of.perSec/ce.perSec)
+			}
+			return fmt.Sprintf("%.2f×", ce.perSec/of.perSec)
+		}
+		var base contender
+		for _, c := range cs {
+			if c.name == wl.baseline {
+				base = c
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.1f | %s | %s |\n", wl.describe(), wl.baseline,
+			groupDigits(int(fl.perSec+.5)), fl.contUs, vs(base, fl, true), vs(fg, fl, false))
+	}
+	fmt.Fprintln(w)
 }
 
 func plural(n int, one, many string) string {

@@ -403,6 +403,9 @@ func refusedAtStart(t *testing.T, listen []string, addr, wait string, wants ...s
 	if strings.Contains(stderr, "not answering") || strings.Contains(stderr, "did not answer") {
 		t.Errorf("stderr calls a server that answers one that does not:\n%s", stderr)
 	}
+	if strings.Contains(stderr, ".;") {
+		t.Errorf("stderr ends Redis's reply with a full stop before the advice (\".;\"):\n%s", stderr)
+	}
 }
 
 // degradedUntilMended starts serve --start-degraded at a Redis that

@@ -325,8 +325,9 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 			return 1
 		case !f.startDegraded && refusalOf(err) != nil:
 			r := refusalOf(err)
-			return e.errorf("the store (%s) %s %s (--store-wait): %v; %s; --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
-				origin, r.failed, f.storeWait, err, r.advice, cfg.Failure.Mode)
+			// Redis ends some refusals with a full stop ("… > 'maxmemory'.").
+			return e.errorf("the store (%s) %s %s (--store-wait): %s; %s; --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
+				origin, r.failed, f.storeWait, strings.TrimSuffix(err.Error(), "."), r.advice, cfg.Failure.Mode)
 		case !f.startDegraded:
 			return e.errorf("the store (%s) did not answer within %s (--store-wait): %v; --start-degraded starts anyway, unready, deciding by the failure mode (%s)",
 				origin, f.storeWait, err, cfg.Failure.Mode)

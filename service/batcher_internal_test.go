@@ -10,7 +10,8 @@ import (
 // requests in flight), not while a batch is starting for them: a store
 // call cut then is a store failure, not the service's saturation.
 func TestBatcherSaturated(t *testing.T) {
-	b := newBatcher(nil, 256, 8, 100, time.Second, &queueGauge{}) // 2 batch slots
+	b := newBatcher(nil, 256, 8, 100, time.Second, &queueGauge{})
+	b.maxBatches = 2 // the rule for any number of batch slots
 	for _, tc := range []struct {
 		queued, batches, inflight int
 		want                      bool

@@ -67,15 +67,15 @@ func TestOverloadStalledStore(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 16,
 				ReadTimeout: clientTimeout, WriteTimeout: clientTimeout})
 			t.Cleanup(func() { c.Close() })
-			// Two calls in flight fill the bound: without batching, a
-			// bound of 2 calls; with it, 2 batches (a quarter of 8
-			// decisions).
+			// The calls in flight that fill the bound: without batching,
+			// a bound of 2 calls; with it, the one batch in flight (under
+			// a bound of 8 decisions).
 			const (
-				inflight = 2
 				maxQueue = 8
 				margin   = 10 * time.Second // a loaded machine: liveness only
 			)
-			maxInflight := map[bool]int{false: inflight, true: 4 * inflight}[batched]
+			inflight := map[bool]int{false: 2, true: 1}[batched]
+			maxInflight := map[bool]int{false: 2, true: 8}[batched]
 			config := func(storeTimeout, queueWait time.Duration) string {
 				return fmt.Sprintf(`
 policies: {fw: "fixed_window 1000000/1h"}
@@ -531,9 +531,9 @@ func (s stalledBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Reque
 //
 // Without batching the order is exact: 2 calls in flight and 4 queued
 // against a store that never answers; the first 4 cuts each see callers
-// queued behind them, the last 2 see none. With batching (8 decisions in
-// 2 batches), at least the first cut sees the queue; the rest go in a
-// later batch.
+// queued behind them, the last 2 see none. With batching (the one batch in
+// flight, 5 callers queued behind it), at least the first cut sees the
+// queue; the rest go in a later batch.
 //
 // No call is cut before the test lets it (stalledStore's turns): every
 // caller is in flight or queued first, and without batching the calls are
@@ -556,6 +556,9 @@ func TestOverloadCutWhileQueued(t *testing.T) {
 					st = stalledBatchStore{stalled}
 				}
 				maxInflight := map[bool]int{false: 2, true: 8}[batched]
+				// The callers in flight before the rest queue: 2 calls
+				// without batching, the one batch with it.
+				sent := map[bool]int{false: 2, true: 1}[batched]
 				cfg := fmt.Sprintf(`
 policies: {fw: "fixed_window 10/1h"}
 store: {timeout: 200ms, batching: %t}
@@ -584,10 +587,10 @@ overload: {mode: %s, max_inflight: %d, max_queue: 16, queue_wait: 1m}
 							answers[i].d = v.Items[0].Decision
 						}
 					}()
-					if i < 2 {
+					if i < sent {
 						waitFor(t, "a call in flight", func() bool { in, q := service.Bound(svc); return in == i+1 && q == 0 })
 					} else {
-						waitFor(t, "a call queued", func() bool { _, q := service.Bound(svc); return q == i-1 })
+						waitFor(t, "a call queued", func() bool { _, q := service.Bound(svc); return q == i-sent+1 })
 					}
 				}
 				if batched {

@@ -11,53 +11,48 @@ import (
 )
 
 // batcher turns concurrent decisions into pipelined TakeBatch calls on the
-// guarded store, without waiting to fill a batch: a call that finds no
-// batch in flight (fewer than maxBatches, which is batchesInFlight) and
-// room under the bound starts one at once with whatever is queued; calls
-// arriving while one is in flight queue and leave together in the next,
-// as soon as it returns. At low load every call goes alone (no added
-// latency); under load, round trips carry many decisions. Decisions are
+// guarded store, one batch in flight at a time, without waiting to fill a
+// batch: a call that finds no batch in flight starts one at once with
+// whatever is queued; calls arriving while one is in flight queue and
+// leave together in the next, as soon as it returns. At low load every
+// call goes alone (no added latency); under load, each round trip carries
+// every decision that arrived during the one before. Decisions are
 // unchanged: each request is still one atomic script, in arrival order
 // within a batch.
 //
+// One batch in flight, not several: Redis then reads, parses and answers
+// one pipelined request where it would read several small ones from
+// several connections. On a 2-core VM under floodgate serve at 16 and 64
+// concurrent clients this took 22-28 % off redis-server's CPU per decision
+// (half with counters), with no fewer decisions a second and no higher
+// latency, against the earlier rule of a quarter of maxInflight batches
+// (BENCHMARKS.md, "One batch in flight"). The price is at most one round
+// trip more for a decision that arrives while a batch is in flight, under
+// load only; store.batching: false sends every decision at once instead.
+//
 // The batcher is the service's bound on store calls when batching is on:
-// maxInflight (Overload.MaxInflight) bounds the decisions in flight at
-// the store, whatever batches carry them, so that a decision's wait inside
-// the store (behind the others in flight) stays what it would be without
-// batching. Bounding batches alone would let maxInflight × maxBatch
-// decisions queue inside Redis, where store.timeout runs. The queue holds at most maxQueue requests, each for
+// maxInflight (Overload.MaxInflight) bounds the decisions in the batch in
+// flight, so that a decision's wait inside the store (behind the others
+// in flight) stays what it would be without batching: an unbounded batch
+// would let the whole queue wait inside Redis, where store.timeout runs.
+// The queue holds at most maxQueue requests, each for
 // at most wait; a request refused for either reason was never sent
-// (errQueueFull, errQueueWait), so the store did not count it. The failure
-// policy's timeout starts when a batch is sent, never while a request
-// queues.
-// batchesInFlight is how many batches one node's batcher has at the store
-// at once: one. Under load each batch then carries every decision that
-// arrived during the previous round trip, so Redis reads, parses and
-// answers one pipelined request where it would read several small ones
-// from several connections: on a 2-core VM under floodgate serve at 16
-// and 64 concurrent clients this took 22-28 % off redis-server's CPU per
-// decision (half with counters), with no fewer decisions a second and no
-// higher latency, against a quarter of max_inflight in flight
-// (BENCHMARKS.md, "One batch in flight"). A decision that arrives while a
-// batch is in flight waits for its round trip: at most one round trip
-// more, and only under load; store.batching: false sends every decision
-// at once instead.
-const batchesInFlight = 1
-
+// (errQueueFull, errQueueWait), so the store did not count it. The
+// failure policy's timeout starts when a batch is sent, never while a
+// request queues.
 type batcher struct {
 	store       *failure.Store
 	maxBatch    int // requests in one batch
-	maxInflight int // requests in flight, all batches together
-	maxBatches  int // batches in flight
+	maxInflight int // requests in flight
 	maxQueue    int
 	wait        time.Duration
 	queuedGauge *queueGauge
 
 	mu       sync.Mutex
 	queue    []*pending
-	queued   int // requests in queue
-	inflight int // requests in flight
-	batches  int // runners: batches in flight, or about to take one
+	queued   int  // requests in queue
+	inflight int  // requests in flight
+	running  bool // a runner: a batch in flight, or about to take one
 }
 
 // pending is one caller's requests, decided together in one batch (a batch
@@ -75,7 +70,7 @@ type pending struct {
 }
 
 func newBatcher(store *failure.Store, maxBatch, maxInflight, maxQueue int, wait time.Duration, g *queueGauge) *batcher {
-	return &batcher{store: store, maxBatch: maxBatch, maxInflight: maxInflight, maxBatches: batchesInFlight,
+	return &batcher{store: store, maxBatch: maxBatch, maxInflight: maxInflight,
 		maxQueue: maxQueue, wait: wait, queuedGauge: g}
 }
 
@@ -109,7 +104,7 @@ func (b *batcher) doOne(ctx context.Context, req floodgate.Request) (storekit.Ou
 func (b *batcher) await(ctx context.Context, p *pending) error {
 	reqs := p.reqs
 	b.mu.Lock()
-	start := b.batches < b.maxBatches && b.inflight < b.maxInflight
+	start := !b.running
 	if !start && b.queued > 0 && b.queued+len(reqs) > b.maxQueue {
 		b.mu.Unlock()
 		return errQueueFull
@@ -118,7 +113,7 @@ func (b *batcher) await(ctx context.Context, p *pending) error {
 	b.queued += len(reqs)
 	b.queuedGauge.add(len(reqs))
 	if start {
-		b.batches++
+		b.running = true
 	}
 	b.mu.Unlock()
 	if start {
@@ -146,15 +141,18 @@ func (b *batcher) await(ctx context.Context, p *pending) error {
 	return nil
 }
 
-// saturated reports whether requests wait for a batch because the bound
-// is full: every batch slot taken, or maxInflight requests in flight. A
-// request queued while the bound has room has a batch starting for it
-// (its runner not yet running, on a busy machine for a while): that is no
-// wait behind the bound, and a call cut meanwhile is the store's failure.
+// saturated reports whether requests wait behind the bound: more queue
+// than the next batch can carry (min(maxBatch, maxInflight) requests), or
+// a batch of maxInflight requests is in flight with more waiting. Either
+// way the service brings more decisions a round trip than the bound lets
+// through, and a call cut then was as much the service's wait as the
+// store's. Requests that the next batch carries whole wait one round trip
+// at most: that is pipelining, not saturation, and a call cut meanwhile is
+// the store's failure.
 func (b *batcher) saturated() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.queued > 0 && (b.batches >= b.maxBatches || b.inflight >= b.maxInflight)
+	return b.queued > 0 && (b.inflight >= b.maxInflight || b.queued > min(b.maxBatch, b.maxInflight))
 }
 
 // withdraw takes p out of the queue if no batch took it yet, and reports
@@ -176,9 +174,8 @@ func (b *batcher) withdraw(p *pending) bool {
 	return true
 }
 
-// run sends queued requests in batches until the queue is empty or the
-// bound is reached (then the batches in flight take the rest as they
-// return); it holds one of the maxBatches slots meanwhile.
+// run sends queued requests in batches, one at a time, until the queue is
+// empty; it is the batcher's one runner (b.running) meanwhile.
 func (b *batcher) run() {
 	var reqs []floodgate.Request
 	var out []storekit.Outcome
@@ -198,7 +195,7 @@ func (b *batcher) run() {
 			n, k = len(b.queue[0].reqs), 1
 		}
 		if k == 0 {
-			b.batches--
+			b.running = false
 			b.mu.Unlock()
 			return
 		}

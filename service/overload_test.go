@@ -532,8 +532,8 @@ func (s stalledBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Reque
 // Without batching the order is exact: 2 calls in flight and 4 queued
 // against a store that never answers; the first 4 cuts each see callers
 // queued behind them, the last 2 see none. With batching (the one batch in
-// flight, 5 callers queued behind it), at least the first cut sees the
-// queue; the rest go in a later batch.
+// flight at its bound of 1 decision, 5 callers queued behind it), at least
+// the first cut sees the queue; the rest go in later batches.
 //
 // No call is cut before the test lets it (stalledStore's turns): every
 // caller is in flight or queued first, and without batching the calls are
@@ -555,9 +555,11 @@ func TestOverloadCutWhileQueued(t *testing.T) {
 				if batched {
 					st = stalledBatchStore{stalled}
 				}
-				maxInflight := map[bool]int{false: 2, true: 8}[batched]
-				// The callers in flight before the rest queue: 2 calls
-				// without batching, the one batch with it.
+				// The bound full: 2 calls without batching; with it, the
+				// one batch in flight carrying its bound of 1 decision
+				// (under a larger bound, the 5 queued would fit the next
+				// batch: pipelining, not saturation).
+				maxInflight := map[bool]int{false: 2, true: 1}[batched]
 				sent := map[bool]int{false: 2, true: 1}[batched]
 				cfg := fmt.Sprintf(`
 policies: {fw: "fixed_window 10/1h"}

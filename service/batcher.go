@@ -35,11 +35,10 @@ import (
 // flight, so that a decision's wait inside the store (behind the others
 // in flight) stays what it would be without batching: an unbounded batch
 // would let the whole queue wait inside Redis, where store.timeout runs.
-// The queue holds at most maxQueue requests, each for
-// at most wait; a request refused for either reason was never sent
-// (errQueueFull, errQueueWait), so the store did not count it. The
-// failure policy's timeout starts when a batch is sent, never while a
-// request queues.
+// The queue holds at most maxQueue requests, each for at most wait; a
+// request refused for either reason was never sent (errQueueFull,
+// errQueueWait), so the store did not count it. The failure policy's
+// timeout starts when a batch is sent, never while a request queues.
 type batcher struct {
 	store       *failure.Store
 	maxBatch    int // requests in one batch

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/internal/telemetry"
+	"github.com/floodgatehq/floodgate/internal/tracing"
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
@@ -35,9 +36,14 @@ descriptors:
 
 // BenchmarkServeShouldRateLimit is one decision as floodgate serve's gRPC
 // server runs it after decoding, on a memory store: the interceptors
-// (trace context, metrics, access log at info with no sampling), the
-// conversions, the engine and the service.
+// (trace context with tracing off, metrics, access log at info with no
+// sampling), the conversions, the engine and the service.
 func BenchmarkServeShouldRateLimit(b *testing.B) {
+	// Tracing off, as serve sets it up without OTEL_* variables.
+	b.Setenv("OTEL_SDK_DISABLED", "true")
+	if _, _, err := tracing.Setup(context.Background(), "bench"); err != nil {
+		b.Fatal(err)
+	}
 	cfg, err := config.Parse(config.Source{Name: "bench.yaml", Data: []byte(benchDomain)})
 	if err != nil {
 		b.Fatal(err)

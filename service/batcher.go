@@ -182,14 +182,14 @@ func (b *batcher) run() {
 	sent := 0
 	for {
 		b.mu.Lock()
-		b.inflight -= sent
-		room := min(b.maxBatch, b.maxInflight-b.inflight)
+		b.inflight -= sent // 0: the one runner's batch has returned
+		room := min(b.maxBatch, b.maxInflight)
 		n, k := 0, 0
 		for k < len(b.queue) && n+len(b.queue[k].reqs) <= room {
 			n += len(b.queue[k].reqs)
 			k++
 		}
-		if k == 0 && len(b.queue) > 0 && b.inflight == 0 {
+		if k == 0 && len(b.queue) > 0 {
 			// A request larger than the bound goes alone.
 			n, k = len(b.queue[0].reqs), 1
 		}

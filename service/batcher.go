@@ -141,8 +141,8 @@ func (b *batcher) await(ctx context.Context, p *pending) error {
 }
 
 // saturated reports whether requests wait behind the bound: more queue
-// than the next batch can carry (min(maxBatch, maxInflight) requests), or
-// a batch of maxInflight requests is in flight with more waiting. Either
+// than the next batch can carry (room), or a batch of maxInflight
+// requests is in flight with more waiting. Either
 // way the service brings more decisions a round trip than the bound lets
 // through, and a call cut then was as much the service's wait as the
 // store's. Requests that the next batch carries whole wait one round trip
@@ -151,8 +151,12 @@ func (b *batcher) await(ctx context.Context, p *pending) error {
 func (b *batcher) saturated() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.queued > 0 && (b.inflight >= b.maxInflight || b.queued > min(b.maxBatch, b.maxInflight))
+	return b.queued > 0 && (b.inflight >= b.maxInflight || b.queued > b.room())
 }
+
+// room is how many requests one batch carries: maxBatch, within the
+// bound of maxInflight (the one batch in flight holds them all).
+func (b *batcher) room() int { return min(b.maxBatch, b.maxInflight) }
 
 // withdraw takes p out of the queue if no batch took it yet, and reports
 // whether it did.
@@ -183,7 +187,7 @@ func (b *batcher) run() {
 	for {
 		b.mu.Lock()
 		b.inflight -= sent // 0: the one runner's batch has returned
-		room := min(b.maxBatch, b.maxInflight)
+		room := b.room()
 		n, k := 0, 0
 		for k < len(b.queue) && n+len(b.queue[k].reqs) <= room {
 			n += len(b.queue[k].reqs)

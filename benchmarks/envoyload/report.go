@@ -105,24 +105,13 @@ func printReport(w io.Writer, rows []row, ws []workload, cs []contender, o optio
 
 	// The targets: floodgate (defaults) against the workload's
 	// baseline contender.
-	var fg contender
-	for _, c := range cs {
-		if c.name == "floodgate" {
-			fg = c
-		}
-	}
-	if fg.name != "" {
+	if fg := byName(cs, "floodgate"); fg.name != "" {
 		fmt.Fprintln(w, "Targets (floodgate with its defaults against the baseline: ≥ 2× decisions/s and ≤ its redis-server CPU per decision; open loop: a lower p99):")
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "| workload | baseline | decisions/s, floodgate ÷ baseline | redis-server µs/decision, floodgate vs baseline | p99, floodgate vs baseline | targets met |")
 		fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | --- |")
 		for _, wl := range ws {
-			var base contender
-			for _, c := range cs {
-				if c.name == wl.baseline {
-					base = c
-				}
-			}
+			base := byName(cs, wl.baseline)
 			f, ok1 := summarize(rows, wl, fg)
 			b, ok2 := summarize(rows, wl, base)
 			if !ok1 || !ok2 || b.perSec == 0 {
@@ -169,15 +158,7 @@ func printReport(w io.Writer, rows []row, ws []workload, cs []contender, o optio
 // floor decides nothing and keeps nothing), so a target of k× the baseline
 // is out of reach for every service where it is under k.
 func printFloor(w io.Writer, rows []row, ws []workload, cs []contender) {
-	var floor, fg contender
-	for _, c := range cs {
-		switch c.name {
-		case "floor":
-			floor = c
-		case "floodgate":
-			fg = c
-		}
-	}
+	floor, fg := byName(cs, "floor"), byName(cs, "floodgate")
 	if floor.name == "" {
 		return
 	}
@@ -193,26 +174,30 @@ func printFloor(w io.Writer, rows []row, ws []workload, cs []contender) {
 		if !ok {
 			continue
 		}
-		vs := func(c contender, of cell, inverse bool) string {
-			ce, ok := summarize(rows, wl, c)
-			if !ok || c.name == "" || ce.perSec == 0 || of.perSec == 0 {
+		// ratio is num's decisions/s over den's, or "—" when either did
+		// not run.
+		ratio := func(num, den contender) string {
+			n, ok1 := summarize(rows, wl, num)
+			d, ok2 := summarize(rows, wl, den)
+			if !ok1 || !ok2 || d.perSec == 0 {
 				return "—"
 			}
-			if inverse {
-				return fmt.Sprintf("%.2f×", of.perSec/ce.perSec)
-			}
-			return fmt.Sprintf("%.2f×", ce.perSec/of.perSec)
-		}
-		var base contender
-		for _, c := range cs {
-			if c.name == wl.baseline {
-				base = c
-			}
+			return fmt.Sprintf("%.2f×", n.perSec/d.perSec)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %.1f | %s | %s |\n", wl.describe(), wl.baseline,
-			groupDigits(int(fl.perSec+.5)), fl.contUs, vs(base, fl, true), vs(fg, fl, false))
+			groupDigits(int(fl.perSec+.5)), fl.contUs, ratio(floor, byName(cs, wl.baseline)), ratio(fg, floor))
 	}
 	fmt.Fprintln(w)
+}
+
+// byName returns the contender of cs called name, or the zero contender.
+func byName(cs []contender, name string) contender {
+	for _, c := range cs {
+		if c.name == name {
+			return c
+		}
+	}
+	return contender{}
 }
 
 func plural(n int, one, many string) string {

@@ -41,6 +41,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgatehq/floodgate/benchmarks/internal/cmdstats"
+	"github.com/floodgatehq/floodgate/benchmarks/internal/delayproxy"
 	"github.com/floodgatehq/floodgate/benchmarks/internal/procstat"
 	"github.com/floodgatehq/floodgate/benchmarks/redisserver"
 )
@@ -61,6 +62,7 @@ type options struct {
 	logw                   io.Writer // progress log
 	commandLine            string
 	redisServer            string
+	redisDelay             time.Duration // one way, through a delay proxy; 0: none
 	skipMachineDescription bool
 }
 
@@ -86,6 +88,7 @@ func main() {
 	flag.StringVar(&o.outDir, "out", "", "directory for envoy.md (the report, also on stdout), envoy.tsv (every run) and envoy.log (the progress log, also on stderr)")
 	flag.BoolVar(&o.keepWork, "keep", false, "keep the work directory (binaries, configuration, service logs)")
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
+	flag.DurationVar(&o.redisDelay, "redis-delay", 0, "put this delay each way between the contenders and redis-server, as a remote Redis would (a round trip gains twice it; standalone contenders only)")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 	o.contenders = regexp.MustCompile(contRe)
@@ -161,6 +164,15 @@ func run(ctx context.Context, o options, stdout io.Writer) ([]row, error) {
 	admin := srv.Admin()
 	defer admin.Close()
 	logf("redis-server pid %d on %s", srv.Pid(), srv.Addr)
+	if o.redisDelay > 0 {
+		px, err := delayproxy.Start(srv.Addr, o.redisDelay)
+		if err != nil {
+			return nil, err
+		}
+		defer px.Close()
+		e.redisAddr = px.Addr
+		logf("contenders reach redis-server through %s, %s each way", px.Addr, o.redisDelay)
+	}
 
 	var cs []contender
 	needCluster := false
@@ -169,6 +181,11 @@ func run(ctx context.Context, o options, stdout io.Writer) ([]row, error) {
 			cs = append(cs, c)
 			needCluster = needCluster || c.cluster
 		}
+	}
+	if needCluster && o.redisDelay > 0 {
+		// A Cluster's node names its own address to its clients, which
+		// would then bypass the proxy.
+		return nil, fmt.Errorf("-redis-delay %s: the Cluster contenders cannot be delayed; select standalone contenders only", o.redisDelay)
 	}
 	redisFor := map[bool]redisTarget{false: {pid: srv.Pid(), admin: admin}}
 	if needCluster {
@@ -411,6 +428,9 @@ func describeMachine(ctx context.Context, admin *redis.Client, o options, rlVers
 	}
 	fmt.Fprintf(&b, "- `%s` (%s, %s warm-up + %s measured per run, open loop %d/s with at most %d in flight, %d gRPC connections)\n",
 		o.commandLine, plural(o.passes, "pass", "passes"), o.warmup, o.duration, o.openRate, o.openWorkers, o.conns)
+	if o.redisDelay > 0 {
+		fmt.Fprintf(&b, "- every contender reached redis-server through a delay proxy adding %s each way (a round trip at least %s longer); its CPU is the load generator's\n", o.redisDelay, 2*o.redisDelay)
+	}
 	fmt.Fprintf(&b, "- floodgate at %s; github.com/envoyproxy/ratelimit %s (src/service_cmd); redis-server %s; %s; %d CPUs (%s); CLK_TCK %d; %s\n",
 		commit, rlVersion, ver, goVer, procstat.CPUs(), model, procstat.ClockTick(), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	return b.String()

@@ -181,10 +181,12 @@ type Overload struct {
 	Mode OverloadMode
 	// MaxInflight bounds the decisions in flight at each store node at
 	// once (a Redis Cluster's masters have a bound each; with
-	// store.batching, carried by one pipelined batch at a time; without,
-	// one store call each); 0 means the Redis connection pool's size,
-	// which go-redis keeps per node (none for the memory store). MaxQueue
-	// applies per node too. From 1 to 100000.
+	// store.batching, carried by one pipelined batch at a time to a near
+	// Redis and up to 8 to a far one; without, one store call each). 0
+	// means 256 with store.batching (service.DefaultBatchInflight), else
+	// the Redis connection pool's size, which go-redis keeps per node
+	// (none for the memory store). MaxQueue applies per node too. From 1
+	// to 100000.
 	MaxInflight int
 	// MaxQueue bounds the decisions waiting for a call to finish; past
 	// it a decision is refused at once. 0 means DefaultMaxQueue; from 1

@@ -106,7 +106,7 @@ var schema = []setting{
 	{key: "overload", doc: "bounds on the store calls in flight and the decisions waiting for one; store.timeout starts when a call is sent (docs/operations.md, Overload)", children: []setting{
 		{key: "mode", doc: "backpressure (refuse: HTTP status below with Retry-After, gRPC RESOURCE_EXHAUSTED) | failure_policy (answer as failure.mode does)",
 			value: func(c *Config) string { return c.Overload.Mode.String() }},
-		{key: "max_inflight", doc: "decisions in flight at each store node at once (each Redis Cluster master has its own bound; batched: in one pipelined batch at a time), 1 to 100000; 0: the Redis connection pool's size (none for the memory store)",
+		{key: "max_inflight", doc: "decisions in flight at each store node at once (each Redis Cluster master has its own bound; batched: in one pipelined batch at a time to a near Redis, up to 8 to a far one), 1 to 100000; 0: 256 with store.batching, else the Redis connection pool's size (none for the memory store)",
 			value: func(c *Config) string { return strconv.Itoa(c.Overload.MaxInflight) }},
 		{key: "max_queue", doc: "decisions waiting for a call, 1 to 1000000; past it a decision is refused at once",
 			value: func(c *Config) string { return strconv.Itoa(c.Overload.MaxQueue) }},

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -11,47 +12,139 @@ import (
 )
 
 // batcher turns concurrent decisions into pipelined TakeBatch calls on the
-// guarded store, one batch in flight at a time, without waiting to fill a
-// batch: a call that finds no batch in flight starts one at once with
-// whatever is queued; calls arriving while one is in flight queue and
-// leave together in the next, as soon as it returns. At low load every
-// call goes alone (no added latency); under load, each round trip carries
-// every decision that arrived during the one before. Decisions are
-// unchanged: each request is still one atomic script, in arrival order
-// within a batch.
+// guarded store, without waiting to fill a batch: a call that finds no
+// batch in flight starts one at once with whatever is queued. What a call
+// that finds a batch in flight does depends on how far the store is:
 //
-// One batch in flight, not several: Redis then reads, parses and answers
-// one pipelined request where it would read several small ones from
-// several connections. On a 2-core VM under floodgate serve at 16 and 64
-// concurrent clients this took 22-28 % off redis-server's CPU per decision
-// (half with counters), with no fewer decisions a second and no higher
-// latency, against the earlier rule of a quarter of maxInflight batches
-// (BENCHMARKS.md, "One batch in flight"). The price is at most one round
-// trip more for a decision that arrives while a batch is in flight, under
-// load only; store.batching: false sends every decision at once instead.
+//   - near (a small batch's round trip, at its quickest lately, under
+//     nearRTT; a Redis on the same host or rack): it queues, and every call
+//     that arrived meanwhile leaves together in the next batch as soon as
+//     the one in flight returns. Redis then reads, parses and answers one
+//     pipelined request where it would read several small ones: on a
+//     2-core VM under floodgate serve at 16 and 64 concurrent clients this
+//     took 22-28 % off redis-server's CPU per decision (half with
+//     counters), with no fewer decisions a second (BENCHMARKS.md, "One
+//     batch in flight"). The price, at most one round trip more under
+//     load, is small when the round trip is;
+//   - far (farRTT or more, a Redis across a network): it starts another
+//     batch at once, up to farBatches in flight, since waiting for a
+//     round trip that is mostly the network's would cost more latency and
+//     throughput than the pipelining saves (with 0.25 ms each way, one
+//     batch at a time lost 35 % of the decisions a second at 16 clients;
+//     BENCHMARKS.md, "A remote Redis").
+//
+// A store starts near; its first small batches tell (not the very first,
+// which dials), and under load a probe every 10 seconds keeps telling (see
+// link). At low load every call goes alone either way (no added
+// latency). Decisions are unchanged: each request is still one atomic
+// script, in arrival order within a batch.
 //
 // The batcher is the service's bound on store calls when batching is on:
-// maxInflight (Overload.MaxInflight) bounds the decisions in the batch in
-// flight, so that a decision's wait inside the store (behind the others
-// in flight) stays what it would be without batching: an unbounded batch
-// would let the whole queue wait inside Redis, where store.timeout runs.
-// The queue holds at most maxQueue requests, each for at most wait; a
-// request refused for either reason was never sent (errQueueFull,
-// errQueueWait), so the store did not count it. The failure policy's
-// timeout starts when a batch is sent, never while a request queues.
+// maxInflight (Overload.MaxInflight) bounds the decisions in flight in
+// all its batches, so that a decision's wait inside the store (behind the
+// others in flight) stays bounded: an unbounded batch would let the whole
+// queue wait inside Redis, where store.timeout runs. The queue holds at
+// most maxQueue requests, each for at most wait; a request refused for
+// either reason was never sent (errQueueFull, errQueueWait), so the store
+// did not count it. The failure policy's timeout starts when a batch is
+// sent, never while a request queues.
 type batcher struct {
 	store       *failure.Store
 	maxBatch    int // requests in one batch
 	maxInflight int // requests in flight
+	farBatches  int // batches in flight at once when the store is far
 	maxQueue    int
 	wait        time.Duration
 	queuedGauge *queueGauge
+	log         *slog.Logger // told when the store turns far or near; nil: not
+	node        string       // the store node, for the log ("": the store's one)
 
 	mu       sync.Mutex
 	queue    []*pending
-	queued   int  // requests in queue
-	inflight int  // requests in flight
-	running  bool // a runner: a batch in flight, or about to take one
+	queued   int // requests in queue
+	inflight int // requests in flight
+	batches  int // runners: each a batch in flight, or about to take one
+	link     link
+}
+
+// Round trips that tell a near store from a far one (see batcher). Only
+// batches of at most smallBatch requests count, whose own work inside the
+// store is too small to matter, and only those that every request left
+// without an error or a degraded answer: a store that fails is not far,
+// and more batches in flight would not help it. The window is how long a
+// quickest round trip is remembered: between one and two windows.
+const (
+	farRTT     = 250 * time.Microsecond
+	nearRTT    = 150 * time.Microsecond
+	linkWindow = 10 * time.Second
+	smallBatch = 2
+	maxFar     = 8 // farBatches at most
+)
+
+// link estimates how far the store is from the quickest round trip of a
+// small batch in the current window and the one just before it, with
+// hysteresis: far from farRTT on, near again below nearRTT. The zero
+// value is a near store with no round trip seen. It is the batcher's,
+// under its mutex.
+//
+// Under load a near store's batches are large and tell nothing, so that
+// a store that is far but busy from the start (a replica started under
+// traffic) would never show it: when no round trip told anything for a
+// window (or ever), the next batch is a probe, the first queued caller's
+// requests alone, the rest following as soon as it returns (due, and
+// batcher.run).
+type link struct {
+	cur, prev time.Duration // the quickest of this window, of the one before; 0: none
+	end       time.Time     // when this window ends
+	last      time.Time     // when the last round trip that tells came, or a probe ended; zero: never
+	far       bool
+	seen      bool // a round trip came, the first, which tells nothing
+	probing   bool // a probe is in flight
+}
+
+// observe takes one small batch's round trip d, ended at now. The first
+// is ignored: it pays for dialing a connection and for what the store
+// does once (loading the function library), not for the distance.
+func (l *link) observe(now time.Time, d time.Duration) {
+	if !l.seen {
+		l.seen = true
+		return
+	}
+	l.last = now
+	d = max(d, 1)
+	if !now.Before(l.end) { // a new window; the one before is this one if it just ended
+		l.prev = 0
+		if now.Before(l.end.Add(linkWindow)) {
+			l.prev = l.cur
+		}
+		l.cur, l.end = 0, now.Add(linkWindow)
+	}
+	if l.cur == 0 || d < l.cur {
+		l.cur = d
+	}
+	q := l.cur
+	if l.prev > 0 && l.prev < q {
+		q = l.prev
+	}
+	switch {
+	case q >= farRTT:
+		l.far = true
+	case q < nearRTT:
+		l.far = false
+	}
+}
+
+// due reports whether the next batch should be a probe: none is in
+// flight, and no round trip told anything for a window, or ever.
+func (l *link) due(now time.Time) bool {
+	return !l.probing && (l.last.IsZero() || now.Sub(l.last) >= linkWindow)
+}
+
+// probed ends a probe at now, whether or not its round trip told anything
+// (a store that fails is probed again a window later, not at once).
+func (l *link) probed(now time.Time) {
+	l.probing = false
+	l.last = now
 }
 
 // pending is one caller's requests, decided together in one batch (a batch
@@ -70,7 +163,7 @@ type pending struct {
 
 func newBatcher(store *failure.Store, maxBatch, maxInflight, maxQueue int, wait time.Duration, g *queueGauge) *batcher {
 	return &batcher{store: store, maxBatch: maxBatch, maxInflight: maxInflight,
-		maxQueue: maxQueue, wait: wait, queuedGauge: g}
+		farBatches: max(1, min(maxFar, maxInflight)), maxQueue: maxQueue, wait: wait, queuedGauge: g}
 }
 
 // do decides reqs into out (one outcome each) in the next batch. It
@@ -103,7 +196,8 @@ func (b *batcher) doOne(ctx context.Context, req floodgate.Request) (storekit.Ou
 func (b *batcher) await(ctx context.Context, p *pending) error {
 	reqs := p.reqs
 	b.mu.Lock()
-	start := !b.running
+	start := b.batches == 0 ||
+		b.link.far && b.batches < b.farBatches && b.inflight < b.maxInflight
 	if !start && b.queued > 0 && b.queued+len(reqs) > b.maxQueue {
 		b.mu.Unlock()
 		return errQueueFull
@@ -112,7 +206,7 @@ func (b *batcher) await(ctx context.Context, p *pending) error {
 	b.queued += len(reqs)
 	b.queuedGauge.add(len(reqs))
 	if start {
-		b.running = true
+		b.batches++
 	}
 	b.mu.Unlock()
 	if start {
@@ -141,21 +235,20 @@ func (b *batcher) await(ctx context.Context, p *pending) error {
 }
 
 // saturated reports whether requests wait behind the bound: more queue
-// than the next batch can carry (room), or a batch of maxInflight
-// requests is in flight with more waiting. Either
-// way the service brings more decisions a round trip than the bound lets
-// through, and a call cut then was as much the service's wait as the
-// store's. Requests that the next batch carries whole wait one round trip
-// at most: that is pipelining, not saturation, and a call cut meanwhile is
-// the store's failure.
+// than the next batch can carry (room), or maxInflight requests are in
+// flight with more waiting. Either way the service brings more decisions
+// a round trip than the bound lets through, and a call cut then was as
+// much the service's wait as the store's. Requests that the next batch
+// carries whole wait one round trip at most: that is pipelining, not
+// saturation, and a call cut meanwhile is the store's failure.
 func (b *batcher) saturated() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.queued > 0 && (b.inflight >= b.maxInflight || b.queued > b.room())
 }
 
-// room is how many requests one batch carries: maxBatch, within the
-// bound of maxInflight (the one batch in flight holds them all).
+// room is how many requests one batch carries at most: maxBatch, within
+// the bound of maxInflight.
 func (b *batcher) room() int { return min(b.maxBatch, b.maxInflight) }
 
 // withdraw takes p out of the queue if no batch took it yet, and reports
@@ -178,7 +271,8 @@ func (b *batcher) withdraw(p *pending) bool {
 }
 
 // run sends queued requests in batches, one at a time, until the queue is
-// empty; it is the batcher's one runner (b.running) meanwhile.
+// empty or the bound is full (then the batches in flight take the rest as
+// they return); it is one of b.batches meanwhile.
 func (b *batcher) run() {
 	var reqs []floodgate.Request
 	var out []storekit.Outcome
@@ -186,19 +280,24 @@ func (b *batcher) run() {
 	sent := 0
 	for {
 		b.mu.Lock()
-		b.inflight -= sent // 0: the one runner's batch has returned
-		room := b.room()
+		b.inflight -= sent
+		room := min(b.maxBatch, b.maxInflight-b.inflight)
+		probe := len(b.queue) > 1 && len(b.queue[0].reqs) <= min(smallBatch, room) && b.link.due(time.Now())
+		if probe {
+			room = len(b.queue[0].reqs)
+			b.link.probing = true
+		}
 		n, k := 0, 0
 		for k < len(b.queue) && n+len(b.queue[k].reqs) <= room {
 			n += len(b.queue[k].reqs)
 			k++
 		}
-		if k == 0 && len(b.queue) > 0 {
+		if k == 0 && len(b.queue) > 0 && b.inflight == 0 {
 			// A request larger than the bound goes alone.
 			n, k = len(b.queue[0].reqs), 1
 		}
 		if k == 0 {
-			b.running = false
+			b.batches--
 			b.mu.Unlock()
 			return
 		}
@@ -219,7 +318,26 @@ func (b *batcher) run() {
 		}
 		out = append(out, make([]storekit.Outcome, len(reqs))...)
 		// The failure policy's timeout starts here, as the batch is sent.
+		t0 := time.Now()
 		b.store.TakeBatch(context.Background(), reqs, out)
+		if tells := n <= smallBatch && answered(out); tells || probe {
+			// Before its callers are told, so that their next calls see it.
+			rtt := time.Since(t0)
+			now := time.Now()
+			b.mu.Lock()
+			was := b.link.far
+			if tells {
+				b.link.observe(now, rtt)
+			}
+			if probe {
+				b.link.probed(now)
+			}
+			far := b.link.far
+			b.mu.Unlock()
+			if far != was {
+				b.logLink(far, rtt)
+			}
+		}
 		i := 0
 		for _, p := range batch {
 			i += copy(p.out, out[i:])
@@ -227,4 +345,36 @@ func (b *batcher) run() {
 		}
 		clear(batch)
 	}
+}
+
+// logLink tells the log, at level debug, that the store turned far or
+// near on the round trip rtt. Debug, not info: a burst of load on a small
+// machine can slow the first round trips of a near store past farRTT for
+// the few milliseconds until a quick one turns it back.
+func (b *batcher) logLink(far bool, rtt time.Duration) {
+	if b.log == nil {
+		return
+	}
+	node := b.node
+	if node == "" {
+		node = "the store"
+	}
+	if far {
+		b.log.Debug("store is far: batches go without waiting for the one in flight", "node", node,
+			"round_trip", rtt.String(), "batches_in_flight_max", b.farBatches)
+		return
+	}
+	b.log.Debug("store is near: one batch in flight, the next carrying what arrives meanwhile", "node", node,
+		"round_trip", rtt.String())
+}
+
+// answered reports whether the store answered every outcome itself: no
+// error and no answer of the failure policy.
+func answered(out []storekit.Outcome) bool {
+	for _, o := range out {
+		if o.Err != nil || o.Decision.Degraded {
+			return false
+		}
+	}
+	return true
 }

@@ -16,7 +16,7 @@ import (
 // wait behind its calls nor are refused for them. The nodes of a state are
 // the masters it has seen, a set as small as the Cluster.
 type bounds struct {
-	newBound func() *nodeBound
+	newBound func(node string) *nodeBound
 	m        sync.Map // node -> *nodeBound
 }
 
@@ -31,7 +31,7 @@ func (b *bounds) of(node string) *nodeBound {
 	if nb, ok := b.m.Load(node); ok {
 		return nb.(*nodeBound)
 	}
-	nb, _ := b.m.LoadOrStore(node, b.newBound())
+	nb, _ := b.m.LoadOrStore(node, b.newBound(node))
 	return nb.(*nodeBound)
 }
 

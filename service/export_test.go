@@ -1,5 +1,9 @@
 package service
 
+// FarRTT is the round trip of a small batch from which the batcher takes
+// its store for far.
+const FarRTT = farRTT
+
 // BatcherQueued returns how many requests wait in the batchers of the
 // configuration in force (every node's), not yet handed to the store, or
 // -1 when that configuration does not batch. Tests that hold a batch in

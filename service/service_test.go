@@ -74,17 +74,27 @@ func (s *flakyStore) Take(ctx context.Context, req floodgate.Request) (floodgate
 
 // batchStore makes a flakyStore a BatchStore, so that the service puts its
 // batcher in front of it. It records the batches, and holds them while
-// hold is open (when set before the first call).
+// hold is open (when set before the first call): a value sent on hold
+// releases one batch, closing it every batch.
 type batchStore struct {
 	*flakyStore
 	batches  atomic.Int64
 	maxBatch atomic.Int64
 	held     atomic.Int64 // requests of batches that waited on hold
 	hold     chan struct{}
+	inflight atomic.Int64 // batches in the store now
+	peak     atomic.Int64 // the most batches in the store at once
 }
 
 func (s *batchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
 	s.batches.Add(1)
+	for n := s.inflight.Add(1); ; {
+		m := s.peak.Load()
+		if n <= m || s.peak.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	defer s.inflight.Add(-1)
 	for n := int64(len(reqs)); ; {
 		m := s.maxBatch.Load()
 		if n <= m || s.maxBatch.CompareAndSwap(m, n) {
@@ -709,65 +719,151 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestBatcherQueuesBehindFullPipeline: while the batch in flight is held
-// in the store (one at a time), the other callers queue; released, they
-// leave in batches of several requests, and each request is still
-// decided exactly once: the allowed ones see every remaining count from
-// max-1 down to 0 once.
-func TestBatcherQueuesBehindFullPipeline(t *testing.T) {
-	r := newRig(t, true, `policies: {fw: "fixed_window 20/1h"}`)
-	hold := make(chan struct{})
-	r.batch.hold = hold
-	var release sync.Once
-	var wg sync.WaitGroup
-	defer func() {
-		release.Do(func() { close(hold) })
-		wg.Wait()
-	}()
+// heldBatches is a batched rig on one fixed window "fw" whose store holds
+// every batch until released (a value sent on hold releases one batch,
+// releaseAll every one), and the calls made on it, each in a goroutine.
+type heldBatches struct {
+	r       *rig
+	hold    chan struct{}
+	wg      sync.WaitGroup
+	release sync.Once
+}
 
-	const callers = 32
-	got := make([]floodgate.Decision, callers)
-	for i := range callers {
-		wg.Go(func() {
-			res, err := r.svc.Check(ctx, items("fw", "hot"))
-			if err != nil {
-				t.Errorf("caller %d: %v", i, err)
-				return
-			}
-			got[i] = res.Items[0].Decision
-		})
-	}
-	waitFor(t, "a batch held and every other caller queued", func() bool {
-		held := r.batch.held.Load()
-		return held > 0 && held+int64(service.BatcherQueued(r.svc)) == callers
+func newHeldBatches(t *testing.T, policy string) *heldBatches {
+	h := &heldBatches{r: newRig(t, true, `policies: {fw: "`+policy+`"}`), hold: make(chan struct{})}
+	h.r.batch.hold = h.hold
+	t.Cleanup(h.releaseAll)
+	return h
+}
+
+// call checks key "hot" in a goroutine, its decision into got[i].
+func (h *heldBatches) call(t *testing.T, got []floodgate.Decision, i int) {
+	h.wg.Go(func() {
+		res, err := h.r.svc.Check(ctx, items("fw", "hot"))
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+			return
+		}
+		got[i] = res.Items[0].Decision
 	})
-	if b := r.batch.batches.Load(); b != 1 {
-		t.Errorf("%d batches in flight at once; want 1", b)
-	}
-	release.Do(func() { close(hold) })
-	wg.Wait()
+}
 
+// releaseAll releases every batch, and waits for every call.
+func (h *heldBatches) releaseAll() {
+	h.release.Do(func() { close(h.hold) })
+	h.wg.Wait()
+}
+
+// wantRemainingOnce fails unless no decision of got is degraded and the
+// allowed ones' remaining counts are each of lo to hi once: every request
+// decided exactly once.
+func wantRemainingOnce(t *testing.T, got []floodgate.Decision, lo, hi int64) {
+	t.Helper()
 	var remaining []int64
 	for i, d := range got {
 		if d.Degraded {
-			t.Errorf("caller %d: degraded %v", i, d)
+			t.Errorf("decision %d: degraded %v", i, d)
 		}
 		if d.Allowed {
 			remaining = append(remaining, d.Remaining)
 		}
 	}
 	slices.Sort(remaining)
-	want := make([]int64, 20)
-	for i := range want {
-		want[i] = int64(i)
+	var want []int64
+	for r := lo; r <= hi; r++ {
+		want = append(want, r)
 	}
 	if !slices.Equal(remaining, want) {
-		t.Errorf("allowed decisions' remaining counts %v; want each of 0 to 19 once", remaining)
+		t.Errorf("allowed decisions' remaining counts %v; want each of %d to %d once", remaining, lo, hi)
 	}
-	if b, m := r.batch.batches.Load(), r.batch.maxBatch.Load(); m < 2 || b >= callers {
+}
+
+// TestBatcherQueuesBehindFullPipeline: while the batch in flight is held
+// in the store (one at a time: the store is near), the other callers
+// queue; released, they leave in batches of several requests, and each
+// request is still decided exactly once: the allowed ones see every
+// remaining count from max-1 down to 0 once.
+func TestBatcherQueuesBehindFullPipeline(t *testing.T) {
+	h := newHeldBatches(t, "fixed_window 20/1h")
+	const callers = 32
+	got := make([]floodgate.Decision, callers)
+	for i := range callers {
+		h.call(t, got, i)
+	}
+	waitFor(t, "a batch held and every other caller queued", func() bool {
+		held := h.r.batch.held.Load()
+		return held > 0 && held+int64(service.BatcherQueued(h.r.svc)) == callers
+	})
+	if b := h.r.batch.batches.Load(); b != 1 {
+		t.Errorf("%d batches in flight at once; want 1", b)
+	}
+	h.releaseAll()
+	wantRemainingOnce(t, got, 0, 19)
+	if b, m := h.r.batch.batches.Load(), h.r.batch.maxBatch.Load(); m < 2 || b >= callers {
 		t.Errorf("%d batches, the largest of %d requests; want fewer batches than callers", b, m)
 	}
-	wantCalls(t, r.store, callers, "after the batches")
+	wantCalls(t, h.r.store, callers, "after the batches")
+}
+
+// TestBatcherPipelinesToAFarStore: once a batch of one has taken a round
+// trip of farRTT or more (held in the store at least that long; the
+// batcher's first round trip, a warm-up call here, tells nothing), the
+// store is far, and a call that finds batches in flight starts its own at
+// once instead of queueing behind them: three calls, each made while the
+// ones before are held, have three batches in the store at once. Each is
+// still decided exactly once. (TestBatcherQueuesBehindFullPipeline is the
+// near store's side: there callers queue behind the one batch in flight.)
+func TestBatcherPipelinesToAFarStore(t *testing.T) {
+	h := newHeldBatches(t, "fixed_window 10/1h")
+	got := make([]floodgate.Decision, 5)
+	for i := range 2 { // the warm-up: its second round trip tells
+		h.call(t, got, i)
+		waitFor(t, fmt.Sprintf("warm-up batch %d held", i+1), func() bool { return h.r.batch.held.Load() == int64(i+1) })
+		time.Sleep(2 * service.FarRTT) // its round trip: at least this
+		h.hold <- struct{}{}
+		h.wg.Wait()
+	}
+	for i := 2; i < len(got); i++ {
+		h.call(t, got, i)
+		waitFor(t, fmt.Sprintf("call %d's own batch held in the store", i+1), func() bool {
+			return h.r.batch.held.Load() == int64(i+1)
+		})
+	}
+	if p := h.r.batch.peak.Load(); p != 3 {
+		t.Errorf("%d batches in the store at once; want 3", p)
+	}
+	h.releaseAll()
+	wantRemainingOnce(t, got, 5, 9)
+	wantCalls(t, h.r.store, 5, "after the five calls")
+}
+
+// TestBatcherProbesUnderLoad: under load a near store's batches are too
+// large to tell how far it is, so when no round trip told anything yet,
+// the batch after the first (which dials, and tells nothing) is a probe:
+// the first queued caller alone, the others waiting for it. Held in the
+// store for farRTT or more, it makes the store far, and the rest leave
+// together once it returns. Each decision is still made exactly once.
+func TestBatcherProbesUnderLoad(t *testing.T) {
+	h := newHeldBatches(t, "fixed_window 10/1h")
+	got := make([]floodgate.Decision, 6)
+	h.call(t, got, 0)
+	waitFor(t, "the first batch held", func() bool { return h.r.batch.held.Load() == 1 })
+	for i := 1; i < len(got); i++ {
+		h.call(t, got, i)
+	}
+	waitFor(t, "five callers queued behind the first batch", func() bool { return service.BatcherQueued(h.r.svc) == 5 })
+	h.hold <- struct{}{}
+	waitFor(t, "a probe of one caller held, four queued behind it", func() bool {
+		return h.r.batch.held.Load() == 2 && service.BatcherQueued(h.r.svc) == 4
+	})
+	time.Sleep(2 * service.FarRTT) // the probe's round trip: at least this
+	h.hold <- struct{}{}
+	waitFor(t, "the other four in one batch", func() bool { return h.r.batch.held.Load() == 6 })
+	if b := h.r.batch.batches.Load(); b != 3 {
+		t.Errorf("%d batches; want 3: the first, the probe, the rest", b)
+	}
+	h.releaseAll()
+	wantRemainingOnce(t, got, 4, 9)
 }
 
 // TestOverLimitCache: once a fixed window denies with nothing remaining,

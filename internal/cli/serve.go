@@ -362,12 +362,17 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		return e.errorf("%v", err)
 	}
 	metrics.WatchQueue(svc.Queued)
-	if mi, from := cfg.Overload.MaxInflight, "overload.max_inflight"; mi > 0 || opened.poolSize > 0 {
-		if mi == 0 {
-			mi, from = opened.poolSize, "the Redis connection pool's size"
+	if mi, batching := svc.MaxInflight(); mi > 0 {
+		from := "overload.max_inflight"
+		switch {
+		case cfg.Overload.MaxInflight > 0:
+		case batching:
+			from = "store.batching's default"
+		default:
+			from = "the Redis connection pool's size"
 		}
 		log.Info("store calls bounded", "max_inflight", mi, "from", from, "max_queue", cfg.Overload.MaxQueue,
-			"queue_wait", cfg.Overload.QueueWait.String(), "overload_mode", cfg.Overload.Mode.String(), "batching", cfg.Store.Batching)
+			"queue_wait", cfg.Overload.QueueWait.String(), "overload_mode", cfg.Overload.Mode.String(), "batching", batching)
 	}
 	eng, err := rls.New(svc, cfg)
 	if err != nil {

@@ -52,7 +52,7 @@ type batcher struct {
 	store       *failure.Store
 	maxBatch    int // requests in one batch
 	maxInflight int // requests in flight
-	farBatches  int // batches in flight at once when the store is far
+	farBatches  int // batches in flight at once when the store is far (see newBatcher)
 	maxQueue    int
 	wait        time.Duration
 	queuedGauge *queueGauge
@@ -161,9 +161,18 @@ type pending struct {
 	oneOut [1]storekit.Outcome
 }
 
-func newBatcher(store *failure.Store, maxBatch, maxInflight, maxQueue int, wait time.Duration, g *queueGauge) *batcher {
+// newBatcher returns a batcher for one store node. pool is the store's
+// connections per node (0: unknown): each batch in flight holds one, so
+// that a far store has at most that many batches in flight, lest the
+// others wait for a connection inside the store call, where the timeout
+// runs.
+func newBatcher(store *failure.Store, maxBatch, maxInflight, pool, maxQueue int, wait time.Duration, g *queueGauge) *batcher {
+	far := min(maxFar, maxInflight)
+	if pool > 0 {
+		far = min(far, pool)
+	}
 	return &batcher{store: store, maxBatch: maxBatch, maxInflight: maxInflight,
-		farBatches: max(1, min(maxFar, maxInflight)), maxQueue: maxQueue, wait: wait, queuedGauge: g}
+		farBatches: max(1, far), maxQueue: maxQueue, wait: wait, queuedGauge: g}
 }
 
 // do decides reqs into out (one outcome each) in the next batch. It

@@ -12,7 +12,7 @@ import (
 // starting for, wait one round trip at most: a store call cut then is a
 // store failure, not the service's saturation.
 func TestBatcherSaturated(t *testing.T) {
-	b := newBatcher(nil, 6, 8, 100, time.Second, &queueGauge{}) // batches of at most 6
+	b := newBatcher(nil, 6, 8, 0, 100, time.Second, &queueGauge{}) // batches of at most 6
 	for _, tc := range []struct {
 		queued, inflight int
 		batches          int
@@ -98,5 +98,24 @@ func TestLinkDue(t *testing.T) {
 	l.probed(t0.Add(linkWindow)) // a probe that told nothing (the store failed)
 	if l.due(t0.Add(linkWindow + time.Second)) {
 		t.Error("a probe is due again at once after one that told nothing")
+	}
+}
+
+// TestFarBatches: to a far store at most 8 batches are in flight, no more
+// than the decisions the bound lets through nor the connections of the
+// pool (when known), and at least one.
+func TestFarBatches(t *testing.T) {
+	for _, c := range []struct{ maxInflight, pool, want int }{
+		{256, 0, 8},
+		{256, 20, 8},
+		{256, 4, 4},
+		{2, 0, 2},
+		{2, 20, 2},
+		{1, 1, 1},
+	} {
+		b := newBatcher(nil, 256, c.maxInflight, c.pool, 100, time.Second, &queueGauge{})
+		if b.farBatches != c.want {
+			t.Errorf("max_inflight %d, pool %d: %d batches in flight to a far store, want %d", c.maxInflight, c.pool, b.farBatches, c.want)
+		}
 	}
 }

@@ -91,7 +91,9 @@ type Options struct {
 	// the configuration's overload.max_inflight is 0: give the store's
 	// connection pool size (the CLI gives the Redis pool's), since each
 	// call holds a connection. 0 means no bound. With batching the bound
-	// is DefaultBatchInflight instead.
+	// is DefaultBatchInflight instead, and MaxInflight, when above 0,
+	// caps the batches in flight to a far store, each holding a
+	// connection.
 	MaxInflight int
 }
 
@@ -215,7 +217,7 @@ func (s *Service) compile(cfg *config.Config, old *state) *state {
 		st.bounds = old.bounds
 	case st.bound.batching:
 		st.bounds = &bounds{newBound: func(node string) *nodeBound {
-			b := newBatcher(s.guarded, maxBatch, maxInflight, queue, wait, &s.queued)
+			b := newBatcher(s.guarded, maxBatch, maxInflight, s.maxInflight, queue, wait, &s.queued)
 			b.log, b.node = s.log, node
 			return &nodeBound{batch: b}
 		}}

@@ -331,8 +331,8 @@ func (b *batcher) run() {
 		b.store.TakeBatch(context.Background(), reqs, out)
 		if tells := n <= smallBatch && answered(out); tells || probe {
 			// Before its callers are told, so that their next calls see it.
-			rtt := time.Since(t0)
 			now := time.Now()
+			rtt := now.Sub(t0)
 			b.mu.Lock()
 			was := b.link.far
 			if tells {

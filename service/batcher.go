@@ -50,14 +50,14 @@ import (
 // sent, never while a request queues.
 type batcher struct {
 	store       *failure.Store
-	maxBatch    int // requests in one batch
-	maxInflight int // requests in flight
-	farBatches  int // batches in flight at once when the store is far (see newBatcher)
+	node        string // the store node ("": the store's one)
+	maxBatch    int    // requests in one batch
+	maxInflight int    // requests in flight
+	farBatches  int    // batches in flight at once when the store is far (see newBatcher)
 	maxQueue    int
 	wait        time.Duration
 	queuedGauge *queueGauge
 	log         *slog.Logger // told when the store turns far or near; nil: not
-	node        string       // the store node, for the log ("": the store's one)
 
 	mu       sync.Mutex
 	queue    []*pending
@@ -98,8 +98,9 @@ type link struct {
 	end       time.Time     // when this window ends
 	last      time.Time     // when the last round trip that tells came, or a probe ended; zero: never
 	far       bool
-	seen      bool // a round trip came, the first, which tells nothing
-	probing   bool // a probe is in flight
+	judged    time.Duration // the quickest round trip far was last judged on; 0: none yet
+	seen      bool          // a round trip came, the first, which tells nothing
+	probing   bool          // a probe is in flight
 }
 
 // observe takes one small batch's round trip d, ended at now. The first
@@ -126,6 +127,7 @@ func (l *link) observe(now time.Time, d time.Duration) {
 	if l.prev > 0 && l.prev < q {
 		q = l.prev
 	}
+	l.judged = q
 	switch {
 	case q >= farRTT:
 		l.far = true
@@ -161,18 +163,31 @@ type pending struct {
 	oneOut [1]storekit.Outcome
 }
 
-// newBatcher returns a batcher for one store node. pool is the store's
-// connections per node (0: unknown): each batch in flight holds one, so
-// that a far store has at most that many batches in flight, lest the
-// others wait for a connection inside the store call, where the timeout
-// runs.
-func newBatcher(store *failure.Store, maxBatch, maxInflight, pool, maxQueue int, wait time.Duration, g *queueGauge) *batcher {
-	far := min(maxFar, maxInflight)
-	if pool > 0 {
-		far = min(far, pool)
+// batchConfig is what the batchers of a configuration are made with,
+// the same for every store node.
+type batchConfig struct {
+	maxBatch    int // requests in one batch
+	maxInflight int // requests in flight at the node
+	// pool is the store's connections per node (0: unknown): each batch in
+	// flight holds one, so that a far store has at most that many batches
+	// in flight, lest the others wait for a connection inside the store
+	// call, where the timeout runs.
+	pool     int
+	maxQueue int           // requests queued at the node
+	wait     time.Duration // how long a request may queue
+	gauge    *queueGauge   // counts the queued requests, with every node's
+	log      *slog.Logger  // told when the store turns far or near; nil: not
+}
+
+// newBatcher returns a batcher for store node node ("": a store on one
+// node).
+func newBatcher(store *failure.Store, node string, c batchConfig) *batcher {
+	far := min(maxFar, c.maxInflight)
+	if c.pool > 0 {
+		far = min(far, c.pool)
 	}
-	return &batcher{store: store, maxBatch: maxBatch, maxInflight: maxInflight,
-		farBatches: max(1, far), maxQueue: maxQueue, wait: wait, queuedGauge: g}
+	return &batcher{store: store, node: node, maxBatch: c.maxBatch, maxInflight: c.maxInflight,
+		farBatches: max(1, far), maxQueue: c.maxQueue, wait: c.wait, queuedGauge: c.gauge, log: c.log}
 }
 
 // do decides reqs into out (one outcome each) in the next batch. It
@@ -375,6 +390,20 @@ func (b *batcher) logLink(far bool, rtt time.Duration) {
 	}
 	b.log.Debug("store is near: one batch in flight, the next carrying what arrives meanwhile", "node", node,
 		"round_trip", rtt.String())
+}
+
+// state returns what b knows of the way to its node.
+func (b *batcher) state() Link {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return Link{Node: b.node, Far: b.link.far, RoundTrip: b.link.judged, Batches: b.batches}
+}
+
+// idle reports whether b has no batch in flight and nothing queued.
+func (b *batcher) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.batches == 0 && len(b.queue) == 0
 }
 
 // answered reports whether the store answered every outcome itself: no

@@ -12,7 +12,7 @@ import (
 // starting for, wait one round trip at most: a store call cut then is a
 // store failure, not the service's saturation.
 func TestBatcherSaturated(t *testing.T) {
-	b := newBatcher(nil, 6, 8, 0, 100, time.Second, &queueGauge{}) // batches of at most 6
+	b := newBatcher(nil, "", batchConfig{maxBatch: 6, maxInflight: 8, maxQueue: 100, wait: time.Second, gauge: &queueGauge{}}) // batches of at most 6
 	for _, tc := range []struct {
 		queued, inflight int
 		batches          int
@@ -113,7 +113,7 @@ func TestFarBatches(t *testing.T) {
 		{2, 20, 2},
 		{1, 1, 1},
 	} {
-		b := newBatcher(nil, 256, c.maxInflight, c.pool, 100, time.Second, &queueGauge{})
+		b := newBatcher(nil, "", batchConfig{maxBatch: 256, maxInflight: c.maxInflight, pool: c.pool, maxQueue: 100, wait: time.Second, gauge: &queueGauge{}})
 		if b.farBatches != c.want {
 			t.Errorf("max_inflight %d, pool %d: %d batches in flight to a far store, want %d", c.maxInflight, c.pool, b.farBatches, c.want)
 		}

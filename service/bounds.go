@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/floodgatehq/floodgate"
 	"github.com/floodgatehq/floodgate/storekit"
@@ -13,26 +15,78 @@ import (
 // the one node "" of any other store) has a batcher (batching) or a gate
 // (not) of its own, made the first time a decision goes there. A node that
 // stalls fills its own bound only: decisions for the other nodes neither
-// wait behind its calls nor are refused for them. The nodes of a state are
-// the masters it has seen, a set as small as the Cluster.
+// wait behind its calls nor are refused for them.
+//
+// The nodes of a state are the masters it has seen lately, a set as small
+// as the Cluster: a node's bound is forgotten when no decision went to it
+// for forgetAfter and none is in flight or queued there (a master that
+// failed over, or whose slots moved away), so that neither the bounds nor
+// the metrics of Service.Links keep it. Forgetting is checked when a new
+// node shows up and when Links is read. A decision that comes back to a
+// forgotten node makes its bound anew, as the first one did.
 type bounds struct {
 	newBound func(node string) *nodeBound
-	m        sync.Map // node -> *nodeBound
+	now      func() time.Time // nil: time.Now
+	m        sync.Map         // node -> *nodeBound
+	sweepMu  sync.Mutex       // one sweep at a time
 }
+
+// forgetAfter is how long a node's bound is kept while no decision goes to
+// it, about as long as the failure policy keeps its breaker.
+const forgetAfter = time.Minute
 
 // nodeBound is one node's bound: exactly one of batch and gate is set.
 type nodeBound struct {
 	batch *batcher
 	gate  *gate
+
+	used atomic.Bool // a decision asked for it since the last sweep
+	seen time.Time   // when it was made, or a sweep last found it used (under bounds.sweepMu)
 }
 
 // of returns node's bound, making it on first use.
 func (b *bounds) of(node string) *nodeBound {
-	if nb, ok := b.m.Load(node); ok {
-		return nb.(*nodeBound)
+	if v, ok := b.m.Load(node); ok {
+		nb := v.(*nodeBound)
+		if !nb.used.Load() {
+			nb.used.Store(true) // once a sweep, not once a decision
+		}
+		return nb
 	}
-	nb, _ := b.m.LoadOrStore(node, b.newBound(node))
-	return nb.(*nodeBound)
+	now := b.clock()
+	b.sweep(now) // a new node: one may have left (a Cluster failover)
+	made := b.newBound(node)
+	made.seen = now
+	v, _ := b.m.LoadOrStore(node, made)
+	nb := v.(*nodeBound)
+	nb.used.Store(true)
+	return nb
+}
+
+// clock reads b.now.
+func (b *bounds) clock() time.Time {
+	if b.now != nil {
+		return b.now()
+	}
+	return time.Now()
+}
+
+// sweep forgets, as of now, the bounds of nodes that no decision asked for
+// in forgetAfter and that have nothing in flight or queued. The store's one
+// node "" is never forgotten: it is the only one there is.
+func (b *bounds) sweep(now time.Time) {
+	b.sweepMu.Lock()
+	defer b.sweepMu.Unlock()
+	b.m.Range(func(k, v any) bool {
+		nb := v.(*nodeBound)
+		switch {
+		case nb.used.Swap(false):
+			nb.seen = now
+		case k != "" && now.Sub(nb.seen) >= forgetAfter && nb.idle():
+			b.m.Delete(k)
+		}
+		return true
+	})
 }
 
 // lookup returns node's bound, or nil when no decision went there yet.
@@ -49,6 +103,14 @@ func (b *bounds) each(f func(*nodeBound)) {
 		f(v.(*nodeBound))
 		return true
 	})
+}
+
+// idle reports whether nothing is in flight or queued under the bound.
+func (nb *nodeBound) idle() bool {
+	if nb.batch != nil {
+		return nb.batch.idle()
+	}
+	return nb.gate.idle()
 }
 
 // saturated reports whether requests wait behind the bound.

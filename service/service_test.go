@@ -823,6 +823,10 @@ func TestBatcherPipelinesToAFarStore(t *testing.T) {
 		h.hold <- struct{}{}
 		h.wg.Wait()
 	}
+	waitFor(t, "the warm-up's runner gone", func() bool { return oneLink(t, h.r.svc).Batches == 0 })
+	if l := oneLink(t, h.r.svc); !l.Far || l.RoundTrip < 2*service.FarRTT {
+		t.Errorf("after the warm-up Links() = %+v; want far on a round trip of %v or more", l, 2*service.FarRTT)
+	}
 	for i := 2; i < len(got); i++ {
 		h.call(t, got, i)
 		waitFor(t, fmt.Sprintf("call %d's own batch held in the store", i+1), func() bool {
@@ -832,9 +836,57 @@ func TestBatcherPipelinesToAFarStore(t *testing.T) {
 	if p := h.r.batch.peak.Load(); p != 3 {
 		t.Errorf("%d batches in the store at once; want 3", p)
 	}
+	if l := oneLink(t, h.r.svc); l.Batches != 3 {
+		t.Errorf("Links() = %+v while three batches are held; want Batches 3", l)
+	}
 	h.releaseAll()
 	wantRemainingOnce(t, got, 5, 9)
 	wantCalls(t, h.r.store, 5, "after the five calls")
+}
+
+// oneLink returns the one link svc.Links reports, failing unless there is
+// exactly one, the store's node "".
+func oneLink(t *testing.T, svc *service.Service) service.Link {
+	t.Helper()
+	links := svc.Links()
+	if len(links) != 1 || links[0].Node != "" {
+		t.Fatalf("Links() = %+v; want one link, to node \"\"", links)
+	}
+	return links[0]
+}
+
+// TestLinks: a batching service reports no link before its first
+// decision, then the store's one node, near, with no round trip after the
+// first batch (which dials, and tells nothing) and one after the second;
+// a service that does not batch reports none.
+func TestLinks(t *testing.T) {
+	r := newRig(t, true, `policies: {fw: "fixed_window 10/1h"}`)
+	if l := r.svc.Links(); l != nil {
+		t.Fatalf("Links() before any decision = %+v; want nil", l)
+	}
+	check := func() {
+		t.Helper()
+		if _, err := r.svc.Check(ctx, items("fw", "k")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the runner gone", func() bool { return oneLink(t, r.svc).Batches == 0 })
+	}
+	check()
+	if l := oneLink(t, r.svc); l.Far || l.RoundTrip != 0 {
+		t.Errorf("after the first batch Links() = %+v; want near, round trip 0", l)
+	}
+	check()
+	if l := oneLink(t, r.svc); l.RoundTrip <= 0 {
+		t.Errorf("after the second batch Links() = %+v; want a round trip", l)
+	}
+
+	off := newRig(t, false, `policies: {fw: "fixed_window 10/1h"}`)
+	if _, err := off.svc.Check(ctx, items("fw", "k")); err != nil {
+		t.Fatal(err)
+	}
+	if l := off.svc.Links(); l != nil {
+		t.Errorf("Links() without batching = %+v; want nil", l)
+	}
 }
 
 // TestBatcherProbesUnderLoad: under load a near store's batches are too

@@ -362,6 +362,7 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		return e.errorf("%v", err)
 	}
 	metrics.WatchQueue(svc.Queued)
+	metrics.WatchLinks(storeLinks(svc))
 	if mi, batching := svc.MaxInflight(); mi > 0 {
 		from := "overload.max_inflight"
 		switch {
@@ -841,4 +842,16 @@ func readyzUnless(unready *atomic.Bool, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// storeLinks reads svc's links for the metrics.
+func storeLinks(svc *service.Service) func() []telemetry.StoreLink {
+	return func() []telemetry.StoreLink {
+		links := svc.Links()
+		out := make([]telemetry.StoreLink, len(links))
+		for i, l := range links {
+			out[i] = telemetry.StoreLink{Node: l.Node, Far: l.Far, RoundTrip: l.RoundTrip, Batches: l.Batches}
+		}
+		return out
+	}
 }

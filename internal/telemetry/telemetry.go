@@ -43,6 +43,7 @@ type Metrics struct {
 	mode       *prometheus.GaugeVec
 	build      *prometheus.GaugeVec
 	memory     *memoryCollector
+	links      *linkCollector
 	clients    *prometheus.CounterVec
 	refused    *prometheus.CounterVec
 	overload   *prometheus.CounterVec
@@ -187,10 +188,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		return 0
 	})
 	m.memory = newMemoryCollector()
+	m.links = newLinkCollector()
 	m.history, _ = NewHistory(HistoryOptions{}) // the defaults are valid
 	for _, c := range []prometheus.Collector{m.decisions, m.shadow, m.degraded, m.cacheHits, m.storeTime, m.storeErrs, m.reloads,
 		m.lastReload, m.lastTry, m.lastOK, m.breaker, m.requests, m.latency, m.unknownPol, m.unknownDom, m.mode, m.build,
-		m.memory, m.clients, m.refused, m.overload, m.queued} {
+		m.memory, m.links, m.clients, m.refused, m.overload, m.queued} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -101,6 +101,50 @@ floodgate_store_breaker_open{node="store"} 0
 	}
 }
 
+// TestLinks: the service's links, read at each scrape, one series per
+// node and gauge; no round trip before one told; none before WatchLinks.
+func TestLinks(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := telemetry.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"floodgate_store_far", "floodgate_store_round_trip_seconds", "floodgate_store_batches_in_flight"}
+	if n := testutil.CollectAndCount(reg, names...); n != 0 {
+		t.Errorf("%d link series before WatchLinks; want 0", n)
+	}
+	links := []telemetry.StoreLink{
+		{Node: "10.0.0.1:6379", Far: true, RoundTrip: 1500 * time.Microsecond, Batches: 3},
+		{Node: "10.0.0.2:6379"},
+	}
+	m.WatchLinks(func() []telemetry.StoreLink { return links })
+	want := `
+# HELP floodgate_store_batches_in_flight Batches of decisions in flight to a store node now.
+# TYPE floodgate_store_batches_in_flight gauge
+floodgate_store_batches_in_flight{node="10.0.0.1:6379"} 3
+floodgate_store_batches_in_flight{node="10.0.0.2:6379"} 0
+# HELP floodgate_store_far Whether a store node is far (1): its quickest small batch lately took 0.25 ms or more (and not below 0.15 ms since), so that batches leave without waiting for the one in flight; 0: near, one batch in flight. Only with store.batching.
+# TYPE floodgate_store_far gauge
+floodgate_store_far{node="10.0.0.1:6379"} 1
+floodgate_store_far{node="10.0.0.2:6379"} 0
+# HELP floodgate_store_round_trip_seconds The round trip to a store node that floodgate_store_far was judged on: the quickest batch of at most 2 decisions in the last 10 to 20 seconds, timed in floodgate's process. Absent until one told.
+# TYPE floodgate_store_round_trip_seconds gauge
+floodgate_store_round_trip_seconds{node="10.0.0.1:6379"} 0.0015
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	links = []telemetry.StoreLink{{Node: "", RoundTrip: 90 * time.Microsecond, Batches: 1}} // read anew at each scrape
+	want = `
+# HELP floodgate_store_far Whether a store node is far (1): its quickest small batch lately took 0.25 ms or more (and not below 0.15 ms since), so that batches leave without waiting for the one in flight; 0: near, one batch in flight. Only with store.batching.
+# TYPE floodgate_store_far gauge
+floodgate_store_far{node="store"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "floodgate_store_far"); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestLastReload: the last reload's outcome and time, whichever it was,
 // beside the time of the configuration in force.
 func TestLastReload(t *testing.T) {

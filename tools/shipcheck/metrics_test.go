@@ -87,6 +87,9 @@ func telemetryFamilies(t *testing.T) map[string]dto.MetricType {
 	m.AuthRefused("http", "admin", "missing")
 	m.Overloaded("queue_full", "backpressure", 1)
 	m.WatchQueue(func() int64 { return 3 })
+	m.WatchLinks(func() []telemetry.StoreLink {
+		return []telemetry.StoreLink{{Node: "127.0.0.1:7000", Far: true, RoundTrip: time.Millisecond, Batches: 1}}
+	})
 	described := map[string]bool{}
 	for _, c := range reg.collectors {
 		ch := make(chan *prometheus.Desc, 16)

@@ -306,9 +306,11 @@ func (s *Store) Preload(ctx context.Context) error {
 // store pointed at a replica, or at a master a failover demoted, is not
 // ready while every decision would fail. The library is loaded when
 // missing. On servers without functions (the EVALSHA path), where a
-// replica runs a script that writes nothing, only TIME is checked. The
-// error wraps floodgate.ErrUnavailable, or is floodgate.ErrClosed after
-// Close.
+// replica runs the scripts and refuses only their writes, it sends DEL of
+// that key instead, which a replica refuses and a master does nothing
+// with; an error from it other than a refused write (an ACL without DEL)
+// is ignored, since decisions do not need DEL. The error wraps
+// floodgate.ErrUnavailable, or is floodgate.ErrClosed after Close.
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return floodgate.ErrClosed
@@ -316,7 +318,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	if _, err := s.b.time(ctx); err != nil {
 		return classify(ctx, err)
 	}
-	if s.cluster != nil || s.scriptsOnly.Load() {
+	if s.cluster != nil {
+		return nil
+	}
+	if s.scriptsOnly.Load() {
+		if err := s.b.del(ctx, s.prefix+readyKey); WritesRefused(err) != "" {
+			return classify(ctx, err)
+		}
 		return nil
 	}
 	c := &call{kind: fcall, name: library.refund, keys: []string{s.prefix + readyKey}, args: []any{0}}

@@ -454,17 +454,20 @@ func TestPing(t *testing.T) {
 	if err := newStore(t, client(t, fresh)).Ping(context.Background()); !redisstore.ReadOnlyReplica(err) {
 		t.Errorf("Ping at a replica without the library: %v, want a replica's refusal", err)
 	}
-	// On the EVALSHA path, whose scripts a replica runs when they write
-	// nothing, only TIME is checked.
+	// Nor on the EVALSHA path, whose scripts a replica runs, refusing
+	// only their writes.
 	scripts := newStore(t, client(t, srv), redisstore.WithScripts())
-	if err := scripts.Ping(context.Background()); err != nil {
-		t.Errorf("Ping at a replica on the EVALSHA path: %v, want nil", err)
+	if err := scripts.Ping(context.Background()); !errors.Is(err, floodgate.ErrUnavailable) || !redisstore.ReadOnlyReplica(err) {
+		t.Errorf("Ping at a replica on the EVALSHA path: %v, want ErrUnavailable and a replica's refusal", err)
 	}
 	if _, err := srv.Do(t, "REPLICAOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
 	}
 	if err := ping(time.Minute); err != nil {
 		t.Errorf("Ping after the replica was promoted: %v", err)
+	}
+	if err := scripts.Ping(context.Background()); err != nil {
+		t.Errorf("Ping on the EVALSHA path after the replica was promoted: %v", err)
 	}
 	for _, n := range []*redistest.Server{srv, master} {
 		if keys, err := n.Do(t, "DBSIZE"); err != nil || keys.(int64) != 0 {

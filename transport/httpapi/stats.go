@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgatehq/floodgate/rls"
+	"github.com/floodgatehq/floodgate/service"
 )
 
 // statsJSON is the body of GET /v1/stats: cumulative counters since the
@@ -30,6 +31,34 @@ type storeStateJSON struct {
 	// closed or fallback); OpenBreakers the store nodes decided without.
 	FailureMode  string        `json:"failure_mode"`
 	OpenBreakers []breakerJSON `json:"open_breakers"`
+	// Links is how far each store node is, as the batcher judges it
+	// (service.Links); empty without batching.
+	Links []linkJSON `json:"links"`
+}
+
+// linkJSON is one store node's link (service.Link).
+type linkJSON struct {
+	Node             string   `json:"node"` // "store" for a store without nodes
+	Far              bool     `json:"far"`
+	RoundTripSeconds *float64 `json:"round_trip_seconds"` // null until a round trip told
+	BatchesInFlight  int      `json:"batches_in_flight"`
+}
+
+// linksJSON lists svc's links, by node.
+func linksJSON(links []service.Link) []linkJSON {
+	out := make([]linkJSON, 0, len(links))
+	for _, l := range links {
+		j := linkJSON{Node: l.Node, Far: l.Far, BatchesInFlight: l.Batches}
+		if j.Node == "" {
+			j.Node = "store"
+		}
+		if l.RoundTrip > 0 {
+			rt := l.RoundTrip.Seconds()
+			j.RoundTripSeconds = &rt
+		}
+		out = append(out, j)
+	}
+	return out
 }
 
 type configStateJSON struct {
@@ -89,7 +118,8 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	fp, breakers := a.svc.Failure()
 	out := statsJSON{
 		Time: now.UTC(), Version: a.o.Version, UptimeSeconds: now.Sub(a.started).Seconds(),
-		Store:  storeStateJSON{Type: cfg.Store.Type, Ready: true, FailureMode: fp.Mode.String(), OpenBreakers: breakersJSON(breakers)},
+		Store: storeStateJSON{Type: cfg.Store.Type, Ready: true, FailureMode: fp.Mode.String(), OpenBreakers: breakersJSON(breakers),
+			Links: linksJSON(a.svc.Links())},
 		Config: configStateJSON{Sources: append([]string{}, cfg.Sources...), Applied: snap.Reloads.Applied, Rejected: snap.Reloads.Rejected},
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

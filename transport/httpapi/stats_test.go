@@ -20,6 +20,7 @@ import (
 	"github.com/floodgatehq/floodgate/memstore"
 	"github.com/floodgatehq/floodgate/rls"
 	"github.com/floodgatehq/floodgate/service"
+	"github.com/floodgatehq/floodgate/storekit"
 )
 
 // shadowDomain is an Envoy domain whose one rule runs in shadow mode.
@@ -48,9 +49,27 @@ type statsAPI struct {
 	metrics *telemetry.Metrics
 }
 
+// batchStore is a flakyStore the service batches for, deciding each
+// batch one request at a time.
+type batchStore struct{ flakyStore }
+
+func (s batchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome) {
+	for i := range reqs {
+		d, err := s.Take(ctx, reqs[i])
+		out[i] = storekit.Outcome{Decision: d, Err: err}
+	}
+}
+
 // newStatsAPI serves testConfig, an edge and a shadow domain, with the
 // telemetry observer on its own registry as serve wires it.
 func newStatsAPI(t *testing.T, dashboard bool) *statsAPI {
+	t.Helper()
+	return newStatsAPIOn(t, dashboard, false)
+}
+
+// newStatsAPIOn is newStatsAPI, on a store the service batches for when
+// batched.
+func newStatsAPIOn(t *testing.T, dashboard, batched bool) *statsAPI {
 	t.Helper()
 	clock := floodgatetest.NewManualClock(t0)
 	mem, err := memstore.New(memstore.WithClock(clock))
@@ -69,7 +88,11 @@ func newStatsAPI(t *testing.T, dashboard bool) *statsAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(cfg, service.Options{Store: flakyStore{mem}, Clock: clock, Logger: quietLogger(), Observer: m})
+	var store floodgate.Store = flakyStore{mem}
+	if batched {
+		store = batchStore{flakyStore{mem}}
+	}
+	svc, err := service.New(cfg, service.Options{Store: store, Clock: clock, Logger: quietLogger(), Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +119,12 @@ type statsBody struct {
 			Node  string     `json:"node"`
 			Since *time.Time `json:"since"`
 		} `json:"open_breakers"`
+		Links []struct {
+			Node             string   `json:"node"`
+			Far              bool     `json:"far"`
+			RoundTripSeconds *float64 `json:"round_trip_seconds"`
+			BatchesInFlight  int      `json:"batches_in_flight"`
+		} `json:"links"`
 	} `json:"store"`
 	Config struct {
 		Sources    []string   `json:"sources"`
@@ -295,6 +324,42 @@ func TestStats(t *testing.T) {
 }
 
 // TestStatsStoreDown: readiness follows the store's ping.
+// TestStatsLinks: store.links is empty (not null) for a store the service
+// does not batch for; for one it does, the store's one node, with the
+// round trip of its second batch (the first tells nothing) and no batch
+// in flight between calls, as service.Links has it.
+func TestStatsLinks(t *testing.T) {
+	s, body := newStatsAPI(t, false).stats(t)
+	if s.Store.Links == nil || len(s.Store.Links) != 0 {
+		t.Errorf("links without batching: %+v; want []\n%s", s.Store.Links, body)
+	}
+
+	api := newStatsAPIOn(t, false, true)
+	for range 2 {
+		if res := api.post(t, "/v1/check", `{"policy":"api","key":"alice"}`); res.status != 200 {
+			t.Fatalf("check: %d %s", res.status, res.raw)
+		}
+	}
+	var want []service.Link
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		if want = api.svc.Links(); len(want) == 1 && want[0].Batches == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service.Links: %+v; want one node, no batch in flight", want)
+		}
+	}
+	s, body = api.stats(t)
+	if len(s.Store.Links) != 1 {
+		t.Fatalf("links: %+v; want one\n%s", s.Store.Links, body)
+	}
+	l := s.Store.Links[0]
+	if l.Node != "store" || l.Far != want[0].Far || l.BatchesInFlight != 0 || l.RoundTripSeconds == nil ||
+		*l.RoundTripSeconds != want[0].RoundTrip.Seconds() {
+		t.Errorf("link %+v (round trip %v); want node \"store\", as %+v", l, l.RoundTripSeconds, want[0])
+	}
+}
+
 func TestStatsStoreDown(t *testing.T) {
 	cfg, err := config.Parse(config.Source{Name: "floodgate.yaml", Data: []byte(testConfig)})
 	if err != nil {

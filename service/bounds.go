@@ -23,7 +23,11 @@ import (
 // failed over, or whose slots moved away), so that neither the bounds nor
 // the metrics of Service.Links keep it. Forgetting is checked when a new
 // node shows up and when Links is read. A decision that comes back to a
-// forgotten node makes its bound anew, as the first one did.
+// forgotten node makes its bound anew, as the first one did. A decision
+// that fetched a node's bound just as a sweep forgot it (the node idle
+// for a minute until then) still uses the old one, so that for that
+// moment two bounds cover the node; forgetting is not worth a lock on
+// every decision's way.
 type bounds struct {
 	newBound func(node string) *nodeBound
 	now      func() time.Time // nil: time.Now

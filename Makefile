@@ -14,7 +14,7 @@ FUZZTIME ?= 10s
 ## go.mod; Chromium is installed when missing, and required).
 test: check redis browser
 	FLOODGATE_REQUIRE_REDIS=1 $(GO) test -race -shuffle=on -count=1 -timeout 30m -json ./... | $(GO) run ./internal/testreport
-	cd browsertest && FLOODGATE_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -json ./... | $(GO) run ../internal/testreport
+	cd browsertest && FLOODGATE_REQUIRE_REDIS=1 FLOODGATE_REQUIRE_BROWSER=1 $(GO) test -race -count=1 -json ./... | $(GO) run ../internal/testreport
 
 ## redis: install redis-server, and redis-cli (whose --cluster reshard the
 ## tests of slot migrations run), from Debian's packages when they are not

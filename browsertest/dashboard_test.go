@@ -228,6 +228,21 @@ func front(t *testing.T, addr string, stub *atomic.Bool, historyReads *atomic.In
 	return srv
 }
 
+// newTab starts browser and returns a tab 1280 px wide whose errors go to
+// c. The tab's context ends after 3 minutes, or when the test ends.
+func newTab(t *testing.T, browser string, c *console) context.Context {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1280, 1000))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithListener(c.listen))
+	ctx, cancelTime := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() {
+		cancelTime()
+		cancelTab()
+		cancelAlloc()
+	})
+	return ctx
+}
+
 // console collects what a tab reports as wrong: uncaught exceptions,
 // console.error calls, and the browser's own error entries (a refused
 // resource, a Content-Security-Policy violation, a failed request).
@@ -417,14 +432,8 @@ policies:
 	var historyReads atomic.Int64
 	srv := front(t, addr, &stub, &historyReads, usageStub(t, counts))
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1280, 1000))
-	allocCtx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
 	var tab1 console
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithListener(tab1.listen))
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
+	ctx := newTab(t, browser, &tab1)
 
 	page := "/dashboard"
 	if *traffic > 0 {
@@ -473,6 +482,7 @@ policies:
 	if lat.Series[0].Points == 0 || !regexp.MustCompile(`(µs|ms| s)$`).MatchString(lat.YLabels[len(lat.YLabels)-1]) {
 		t.Errorf("store latency: %+v, value axis %q", lat.Series, lat.YLabels)
 	}
+	waitTrue(t, ctx, "the store nodes' note", `document.querySelector("#store-nodes tbody").textContent === "The memory store decides in this process: it has no node."`, 30*time.Second)
 	waitTrue(t, ctx, "the failure mode in the header", `document.getElementById("failure-mode").textContent === "fail open"`, 30*time.Second)
 	if got := text(t, ctx, `document.getElementById("degraded-head").textContent`); got != "degraded (fail open)" {
 		t.Errorf("the policies table's degraded column: %q", got)

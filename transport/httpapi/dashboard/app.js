@@ -378,6 +378,7 @@ function render(s) {
 
   renderPolicies(s, dt);
   renderStoreCalls(s, dt);
+  renderStoreNodes(s);
   setupKeys(s.policies.filter((p) => p.track).map((p) => p.name));
 }
 
@@ -435,6 +436,24 @@ function renderStoreCalls(s, dt) {
   });
   if (!rows.length) rows.push(el("tr", null, el("td", { colspan: "10", class: "note", text: "No store call yet." })));
   $("store-calls").tBodies[0].replaceChildren(...rows);
+}
+
+// renderStoreNodes lists store.links: one row per node that decisions
+// went to lately, with its distance as the batcher judges it.
+function renderStoreNodes(s) {
+  const links = s.store.links || [];
+  const rows = links.map((l) => el("tr", { "data-node": l.node },
+    el("td", { text: l.node }),
+    el("td", { text: l.far ? "far" : "near" }),
+    el("td", { class: "num", text: l.round_trip_seconds == null ? "not yet timed" : secs(l.round_trip_seconds) }),
+    el("td", { class: "num", text: num(l.batches_in_flight) })));
+  if (!rows.length) {
+    const why = s.store.type === "memory"
+      ? "The memory store decides in this process: it has no node."
+      : "No node lately: a node is listed once decisions go to it, with store.batching on.";
+    rows.push(el("tr", null, el("td", { colspan: "4", class: "note", text: why })));
+  }
+  $("store-nodes").tBodies[0].replaceChildren(...rows);
 }
 
 // ---- Top keys: v1/keys, and a key's usage: v1/keys/KEY/usage. ----

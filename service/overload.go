@@ -129,5 +129,7 @@ func (g *gate) release() { <-g.slots }
 // saturated reports whether calls wait for a slot.
 func (g *gate) saturated() bool { return g.queued.Load() > 0 }
 
-// idle reports whether no call holds a slot or waits for one.
-func (g *gate) idle() bool { return len(g.slots) == 0 && g.queued.Load() == 0 }
+// idle reports whether no call holds a slot or waits for one. It reads
+// the queue first: a waiting call takes its slot before it leaves the
+// queue, so it is seen in one or the other.
+func (g *gate) idle() bool { return g.queued.Load() == 0 && len(g.slots) == 0 }

@@ -265,14 +265,18 @@ type Link struct {
 // Links returns the way to each store node that decisions went to lately
 // (see bounds: a node is forgotten a minute after the last), sorted by
 // node, under the configuration in force; nil when it does not batch
-// (store.batching off, or a store that takes no batches). It is safe for
+// (store.batching off, or a store that takes no batches). Reading it
+// forgets the nodes idle for a minute (see bounds), batching or not. It is safe for
 // concurrent use, and cheap enough for every scrape of the metrics.
 func (s *Service) Links() []Link {
 	st := s.state.Load()
-	if st.bounds == nil || !st.bound.batching {
+	if st.bounds == nil {
 		return nil
 	}
-	st.bounds.sweep(st.bounds.clock())
+	st.bounds.sweep(st.bounds.clock()) // gates too: a scrape forgets idle nodes
+	if !st.bound.batching {
+		return nil
+	}
 	var out []Link
 	st.bounds.each(func(nb *nodeBound) { out = append(out, nb.batch.state()) })
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })

@@ -308,8 +308,10 @@ func (s *Store) Preload(ctx context.Context) error {
 // missing. On servers without functions (the EVALSHA path), where a
 // replica runs the scripts and refuses only their writes, it sends DEL of
 // that key instead, which a replica refuses and a master does nothing
-// with; an error from it other than a refused write (an ACL without DEL)
-// is ignored, since decisions do not need DEL. The error wraps
+// with (the keys under the prefix are the store's, and none is named
+// so); DEL refused as an unknown or forbidden command (an ACL without
+// it, a proxy) is ignored, since decisions do not need DEL, and any other
+// error (a refused write, a timeout, a broken connection) fails Ping. The error wraps
 // floodgate.ErrUnavailable, or is floodgate.ErrClosed after Close.
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
@@ -322,7 +324,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		return nil
 	}
 	if s.scriptsOnly.Load() {
-		if err := s.b.del(ctx, s.prefix+readyKey); WritesRefused(err) != "" {
+		if err := s.b.del(ctx, s.prefix+readyKey); err != nil && !noFunctions(err) {
 			return classify(ctx, err)
 		}
 		return nil

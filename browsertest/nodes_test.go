@@ -81,8 +81,8 @@ policies:
 	base := "http://" + addr
 	counts := &tally{allowed: map[string]int64{}, denied: map[string]int64{}, requests: map[string]int64{}, refused: map[string]int64{}}
 	// One decision at a time: each is a batch of one, whose round trip
-	// tells the distance (all but each node's first). Forty keys reach
-	// both masters but with a chance of 2^-39.
+	// tells the distance (all but each node's first). The slots of forty
+	// keys (the CRC16 of each one's hash tag) fall on both masters.
 	for i := range 40 {
 		counts.check(t, base, "api", fmt.Sprintf("user-%d", i))
 	}

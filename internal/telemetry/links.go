@@ -35,7 +35,7 @@ func newLinkCollector() *linkCollector {
 		far: prometheus.NewDesc("floodgate_store_far",
 			"Whether a store node is far (1): its quickest small batch lately took 0.25 ms or more (and not below 0.15 ms since), so that batches leave without waiting for the one in flight; 0: near, one batch in flight. Only with store.batching.", node, nil),
 		rtt: prometheus.NewDesc("floodgate_store_round_trip_seconds",
-			"The round trip to a store node that floodgate_store_far was judged on: the quickest batch of at most 2 decisions in the last 10 to 20 seconds, timed in floodgate's process. Absent until one told.", node, nil),
+			"The round trip to a store node that floodgate_store_far was judged on: the quickest batch of at most 2 decisions over 10 to 20 seconds of traffic, timed in floodgate's process; an idle node keeps the last. Absent until one told.", node, nil),
 		batches: prometheus.NewDesc("floodgate_store_batches_in_flight",
 			"Batches of decisions in flight to a store node now.", node, nil),
 	}

@@ -127,7 +127,7 @@ floodgate_store_batches_in_flight{node="10.0.0.2:6379"} 0
 # TYPE floodgate_store_far gauge
 floodgate_store_far{node="10.0.0.1:6379"} 1
 floodgate_store_far{node="10.0.0.2:6379"} 0
-# HELP floodgate_store_round_trip_seconds The round trip to a store node that floodgate_store_far was judged on: the quickest batch of at most 2 decisions in the last 10 to 20 seconds, timed in floodgate's process. Absent until one told.
+# HELP floodgate_store_round_trip_seconds The round trip to a store node that floodgate_store_far was judged on: the quickest batch of at most 2 decisions over 10 to 20 seconds of traffic, timed in floodgate's process; an idle node keeps the last. Absent until one told.
 # TYPE floodgate_store_round_trip_seconds gauge
 floodgate_store_round_trip_seconds{node="10.0.0.1:6379"} 0.0015
 `

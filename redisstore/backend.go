@@ -29,6 +29,11 @@ type backend interface {
 	loadScript(ctx context.Context, src string) error
 	// del deletes keys, which share one hash slot.
 	del(ctx context.Context, keys ...string) error
+	// touch sends a write that changes nothing, SETRANGE key 0 "": it does
+	// not make a missing key and leaves a string as it is, but a replica
+	// refuses it (READONLY), and so does a server refusing writes (OOM,
+	// MISCONF, NOREPLICAS).
+	touch(ctx context.Context, key string) error
 	// time returns the server's clock in µs (of one master).
 	time(ctx context.Context) (int64, error)
 	// scan calls fn with batches of the keys matching pattern, on every
@@ -273,6 +278,10 @@ func (g goRedis) loadScript(ctx context.Context, src string) error {
 
 func (g goRedis) del(ctx context.Context, keys ...string) error {
 	return g.c.Del(ctx, keys...).Err()
+}
+
+func (g goRedis) touch(ctx context.Context, key string) error {
+	return g.c.SetRange(ctx, key, 0, "").Err()
 }
 
 func (g goRedis) time(ctx context.Context) (int64, error) {

@@ -306,12 +306,13 @@ func (s *Store) Preload(ctx context.Context) error {
 // store pointed at a replica, or at a master a failover demoted, is not
 // ready while every decision would fail. The library is loaded when
 // missing. On servers without functions (the EVALSHA path), where a
-// replica runs the scripts and refuses only their writes, it sends DEL of
-// that key instead, which a replica refuses and a master does nothing
-// with (the keys under the prefix are the store's, and none is named
-// so); DEL refused as an unknown or forbidden command (an ACL without
-// it, a proxy) is ignored, since decisions do not need DEL, and any other
-// error (a refused write, a timeout, a broken connection) fails Ping. The error wraps
+// replica runs the scripts and refuses only their writes, it sends a write
+// that changes nothing to that key instead (SETRANGE key 0 "", which makes
+// no key), refused by a replica and by a server refusing writes (OOM,
+// MISCONF, NOREPLICAS) as the function is; SETRANGE refused as an unknown
+// or forbidden command (an ACL without it, a proxy) is ignored, since
+// decisions do not need it, and any other error (a timeout, a broken
+// connection) fails Ping. The error wraps
 // floodgate.ErrUnavailable, or is floodgate.ErrClosed after Close.
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
@@ -324,7 +325,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		return nil
 	}
 	if s.scriptsOnly.Load() {
-		if err := s.b.del(ctx, s.prefix+readyKey); err != nil && !noFunctions(err) {
+		if err := s.b.touch(ctx, s.prefix+readyKey); err != nil && !noFunctions(err) {
 			return classify(ctx, err)
 		}
 		return nil

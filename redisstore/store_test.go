@@ -469,6 +469,22 @@ func TestPing(t *testing.T) {
 	if err := scripts.Ping(context.Background()); err != nil {
 		t.Errorf("Ping on the EVALSHA path after the replica was promoted: %v", err)
 	}
+	// There its write changes nothing, even a key of that name, and a
+	// server refusing writes (full) is not ready, as on the functions'.
+	ready := redisstore.DefaultPrefix + ":ready"
+	srv.Must(t, "SET", ready, "kept")
+	if err := scripts.Ping(context.Background()); err != nil {
+		t.Errorf("Ping on the EVALSHA path with %s set: %v", ready, err)
+	}
+	if v := srv.Must(t, "GET", ready); v != "kept" {
+		t.Errorf("after Ping on the EVALSHA path, %s = %v, want it unchanged", ready, v)
+	}
+	srv.Must(t, "DEL", ready)
+	srv.Must(t, "CONFIG", "SET", "maxmemory", "1")
+	if err := scripts.Ping(context.Background()); redisstore.WritesRefused(err) != "OOM" {
+		t.Errorf("Ping on the EVALSHA path at a full server: %v, want a refusal naming OOM", err)
+	}
+	srv.Must(t, "CONFIG", "SET", "maxmemory", "0")
 	for _, n := range []*redistest.Server{srv, master} {
 		if keys, err := n.Do(t, "DBSIZE"); err != nil || keys.(int64) != 0 {
 			t.Errorf("%s holds %v keys (%v) after the pings, want 0", n.Addr, keys, err)

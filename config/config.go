@@ -1156,14 +1156,20 @@ func CheckRedisURL(u string) error {
 
 // CheckAddr reports what is wrong with a network address, or nil: it must
 // be host:port (the host may be empty, as in ":8080", or an IPv6 literal in
-// brackets) with a port from 1 to 65535 (0 when zeroPort: any free port).
+// brackets) with a port from 1 to 65535 (0 when zeroPort: any free port,
+// as a listener's address may have; the error's example is then a
+// listener's, else a Redis server's).
 func CheckAddr(a string, zeroPort bool) error {
+	example := "127.0.0.1:6379"
+	if zeroPort {
+		example = "127.0.0.1:8080"
+	}
 	host, port, err := net.SplitHostPort(a)
 	if err != nil {
-		return fmt.Errorf("%q: want host:port, such as 127.0.0.1:6379 (%v)", a, strings.TrimPrefix(err.Error(), "address "+a+": "))
+		return fmt.Errorf("%q: want host:port, such as %s (%v)", a, example, strings.TrimPrefix(err.Error(), "address "+a+": "))
 	}
 	if strings.ContainsAny(host, " /") {
-		return fmt.Errorf("%q: want host:port, such as 127.0.0.1:6379", a)
+		return fmt.Errorf("%q: want host:port, such as %s", a, example)
 	}
 	n, err := strconv.Atoi(port)
 	low := 1

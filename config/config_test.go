@@ -395,7 +395,7 @@ store:
 listen:
   http: not an address
   grpc: ":0"
-`, []string{`f.yaml:2: listen.http: "not an address": want host:port, such as 127.0.0.1:6379 (missing port in address)`}},
+`, []string{`f.yaml:2: listen.http: "not an address": want host:port, such as 127.0.0.1:8080 (missing port in address)`}},
 		{"failure.retry_after not whole seconds", `
 failure:
   retry_after: 1500ms

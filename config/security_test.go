@@ -112,7 +112,7 @@ func TestSecurityErrors(t *testing.T) {
 		{"unknown TLS field", "listen:\n  http_tls: {cert: a, key: b, ca: c}\n", []string{
 			"f.yaml:2: listen.http_tls.ca: unknown field; allowed here: cert, key, client_ca"}},
 		{"listen address", "listen:\n  http: \"not an address\"\n  grpc: \"127.0.0.1:99999\"\n", []string{
-			`f.yaml:2: listen.http: "not an address": want host:port, such as 127.0.0.1:6379 (missing port in address)`,
+			`f.yaml:2: listen.http: "not an address": want host:port, such as 127.0.0.1:8080 (missing port in address)`,
 			`f.yaml:3: listen.grpc: "127.0.0.1:99999": want a port from 0 to 65535, found "99999"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -87,15 +87,18 @@ fuzz: redis
 ## floodgate serve under floodgate bench (benchmarks/service.sh), and floodgate
 ## serve against envoyproxy/ratelimit (benchmarks/envoyload, 15-20 minutes of
 ## it). Shorter:
-## make bench PEER_PASSES=1 MEM_PASSES=1 BENCHTIME=50ms MAX_FOREIGN=40 LOAD_DURATION=2s DURATION=1s ENVOY_PASSES=1 ENVOY_DURATION=1s
-## (6.6 minutes on an idle 2-core VM, a check of the plumbing rather than figures:
-## with 50 ms runs, benchmarks/run.sh counts its own process starts as foreign
+## make bench PEER_PASSES=1 MEM_PASSES=1 BENCHTIME=50ms MAX_FOREIGN=40 LOAD_PASSES=1 LOAD_DURATION=2s CALLS=20000 CALLS_RUNS=1 DURATION=1s ENVOY_PASSES=1 ENVOY_DURATION=1s
+## (a check of the plumbing rather than figures, 8.2 minutes on an idle 2-core
+## VM: with 50 ms runs, benchmarks/run.sh counts its own process starts as foreign
 ## load, hence MAX_FOREIGN).
 BENCH_OUT ?= bench-out
 PEER_PASSES ?= 10
 MEM_PASSES ?= 6
 BENCHTIME ?= 200ms
+LOAD_PASSES ?= 3
 LOAD_DURATION ?= 10s
+CALLS ?= 100000
+CALLS_RUNS ?= 5
 DURATION ?= 10s
 ENVOY_PASSES ?= 3
 ENVOY_DURATION ?= 5s
@@ -106,8 +109,8 @@ bench: redis
 	cd benchmarks && $(GO) run golang.org/x/perf/cmd/benchstat@latest -table .name -col /lib $(abspath $(BENCH_OUT))/peers.txt > $(abspath $(BENCH_OUT))/peers.md || echo "benchstat failed: see $(BENCH_OUT)/peers.txt"
 	$(GO) run golang.org/x/perf/cmd/benchstat@latest $(BENCH_OUT)/memstore.txt > $(BENCH_OUT)/memstore.md || echo "benchstat failed: see $(BENCH_OUT)/memstore.txt"
 	cd benchmarks && $(GO) run ./redisload -mode mem > $(abspath $(BENCH_OUT))/redis-mem.md
-	cd benchmarks && $(GO) run ./redisload -mode load -duration $(LOAD_DURATION) > $(abspath $(BENCH_OUT))/redis-load.md
-	cd benchmarks && $(GO) run ./redisload -mode calls > $(abspath $(BENCH_OUT))/redis-calls.md
+	cd benchmarks && $(GO) run ./redisload -mode load -passes $(LOAD_PASSES) -duration $(LOAD_DURATION) > $(abspath $(BENCH_OUT))/redis-load.md
+	cd benchmarks && $(GO) run ./redisload -mode calls -calls $(CALLS) -calls-runs $(CALLS_RUNS) > $(abspath $(BENCH_OUT))/redis-calls.md
 	DURATION=$(DURATION) benchmarks/service.sh $(BENCH_OUT)
 	cd benchmarks && $(GO) run ./envoyload -passes $(ENVOY_PASSES) -duration $(ENVOY_DURATION) $(ENVOY_FLAGS) -out $(abspath $(BENCH_OUT)) > /dev/null
 	@echo "tables in $(BENCH_OUT)/: peers.md memstore.md redis-mem.md redis-load.md redis-calls.md service.md envoy.md"

@@ -75,6 +75,7 @@ var fences = map[string]fence{
 	"internal/testreport":   {},
 	"internal/throttle":     {},
 	"internal/redistest":    {},
+	"internal/delayproxy":   {}, // a link's latency, for tests and benchmarks
 	"internal/rlheadertest": {thirdParty: true},
 	// The version a build is stamped with: anything may read it, and it
 	// reads only the standard library.

@@ -41,9 +41,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgatehq/floodgate/benchmarks/internal/cmdstats"
-	"github.com/floodgatehq/floodgate/benchmarks/internal/delayproxy"
 	"github.com/floodgatehq/floodgate/benchmarks/internal/procstat"
 	"github.com/floodgatehq/floodgate/benchmarks/redisserver"
+	"github.com/floodgatehq/floodgate/internal/delayproxy"
 )
 
 type options struct {

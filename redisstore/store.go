@@ -325,7 +325,7 @@ func (s *Store) Ping(ctx context.Context) error {
 		return nil
 	}
 	if s.scriptsOnly.Load() {
-		if err := s.b.touch(ctx, s.prefix+readyKey); err != nil && !noFunctions(err) {
+		if err := s.b.touch(ctx, s.prefix+readyKey); err != nil && !isUnknownCommand(err) && !isCommandDenied(err) {
 			return classify(ctx, err)
 		}
 		return nil

@@ -80,9 +80,10 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	if len(calls) == 0 {
 		return
 	}
-	sent := s.joinBatch(calls)
+	sent := s.joinBatch(joinCounters(calls))
 	s.b.runBatch(ctx, sent)
 	splitBatch(sent)
+	splitCounters(sent)
 
 	s.again(ctx, calls, &until) // exactly the calls that did not run
 	for j, c := range calls {
@@ -118,7 +119,7 @@ func (s *Store) joinBatch(calls []*call) []*call {
 	var only *call         // the batch still taking calls, on a server that is not a cluster
 	var open map[int]*call // on a cluster: by slot
 	for _, c := range calls {
-		if c.kind != fcall && c.kind != fcallRO || c.tag == "" || len(c.keys) == 0 {
+		if c.kind != fcall && c.kind != fcallRO || c.tag == "" || len(c.keys) == 0 || c.subs != nil {
 			out = append(out, c)
 			continue
 		}
@@ -142,6 +143,9 @@ func (s *Store) joinBatch(calls []*call) []*call {
 		b.subs = append(b.subs, c)
 	}
 	for i, b := range out {
+		if b.kind != fcall {
+			continue // a counter's joined adds (joinCounters)
+		}
 		switch {
 		case len(b.subs) == 1:
 			out[i] = b.subs[0]
@@ -180,7 +184,7 @@ var errBatchReply = errors.New("malformed batch reply")
 // leaves each of its decisions not run, to be sent again on its own.
 func splitBatch(sent []*call) {
 	for _, b := range sent {
-		if b.subs == nil {
+		if b.subs == nil || b.kind == incr {
 			continue
 		}
 		r, ok := b.reply.([]any)
@@ -196,6 +200,102 @@ func splitBatch(sent []*call) {
 				} else {
 					c.reply = r[i]
 				}
+			}
+		}
+	}
+}
+
+// joinCounters returns calls with the adds to one counter (SPEC.md,
+// "Counters") joined into one INCRBY of their sum, at the first one's
+// place: Redis runs one command for them, and go-redis sends and reads
+// one. The adds of a hot key, which arrive together, then cost Redis and
+// the store one command a batch. A sum stays within floodgate.MaxCost,
+// and a peek of the counter ends its adds' join, so that each add's
+// decision (splitCounters) is the one it would have had sent alone, in
+// order, right after the adds before it.
+func joinCounters(calls []*call) []*call {
+	adds := 0
+	for _, c := range calls {
+		if c.kind == incr {
+			adds++
+		}
+	}
+	if adds < 2 {
+		return calls
+	}
+	var out []*call         // nil while no add was joined: calls as they are
+	var open map[string]int // a counter's add still taking others, by key: its index in out
+	for i, c := range calls {
+		switch c.kind {
+		case get:
+			delete(open, c.keys[0])
+		case incr:
+			if j, ok := open[c.keys[0]]; ok {
+				m := calls[j] // out[j] is calls[j] until out is made
+				if out != nil {
+					m = out[j]
+				}
+				if m.n <= floodgate.MaxCost-c.n {
+					if out == nil {
+						out = append(make([]*call, 0, len(calls)), calls[:i]...)
+					}
+					out[j] = joinAdd(m, c)
+					continue
+				}
+			}
+			if open == nil {
+				open = make(map[string]int)
+			}
+			open[c.keys[0]] = i
+			if out != nil {
+				open[c.keys[0]] = len(out)
+			}
+		}
+		if out != nil {
+			out = append(out, c)
+		}
+	}
+	if out == nil {
+		return calls
+	}
+	return out
+}
+
+// joinAdd returns the joined add of m and c, adds to one counter: m
+// itself when it is one already.
+func joinAdd(m, c *call) *call {
+	if m.subs == nil {
+		m = &call{kind: incr, keys: m.keys, args: []any{m.args[0]}, now: m.now, n: m.n, subs: []*call{m}}
+	}
+	m.subs = append(m.subs, c)
+	m.n += c.n
+	// The TTL from the earliest add, and the time of the latest: the
+	// counter outlives its window, and is taken as set (expiries) from the
+	// latest.
+	m.now = max(m.now, c.now)
+	m.args[0] = max(counterTTL(m), counterTTL(c))
+	return m
+}
+
+// splitCounters gives the adds joined by joinCounters their replies: each
+// the count after its own add, as if made alone in order, or the joined
+// add's error.
+func splitCounters(sent []*call) {
+	for _, m := range sent {
+		if m.kind != incr || m.subs == nil {
+			continue
+		}
+		after, ok := m.reply.(int64)
+		after -= m.n
+		for _, c := range m.subs {
+			switch {
+			case m.err != nil:
+				c.err = m.err
+			case !ok:
+				c.reply = m.reply // malformed: counterDecision says so
+			default:
+				after += c.n
+				c.reply = after
 			}
 		}
 	}

@@ -153,6 +153,71 @@ func TestCounters(t *testing.T) {
 		}
 	})
 
+	t.Run("JoinedAdds", func(t *testing.T) {
+		// SPEC.md, "Counters": a batch's adds to one counter are one
+		// INCRBY of their sum, up to a peek of that counter, each
+		// decided as if made alone, in order; a sum stays within
+		// MaxCost.
+		p := counterPolicy("join", 6, time.Hour)
+		q := p
+		q.Max = 8 // another limit on the same counter (an Envoy override)
+		at(5_000_000)
+		reqs := []floodgate.Request{
+			{Policy: &p, Key: "hot", N: 2}, {Policy: &p, Key: "cold", N: 1}, {Policy: &q, Key: "hot", N: 3},
+			{Policy: &p, Key: "hot", N: 2}, // 7 of 6: denied, and counted
+			{Policy: &p, Key: "hot", N: 1, Peek: true},
+			{Policy: &q, Key: "hot", N: 1}, {Policy: &q, Key: "hot", N: 1}, // 8 and 9 of 8
+			{Policy: &p, Key: "cold", N: 2},
+		}
+		// Each decision is the one the same request gets alone, in order
+		// (on other keys: alone's prefix).
+		alone := newStore(t, c, redisstore.WithClock(clock), redisstore.WithCounters(), redisstore.WithPrefix("ct1"))
+		batchAlone := func(reqs []floodgate.Request) {
+			t.Helper()
+			want := make([]storekit.Outcome, len(reqs))
+			for i := range reqs {
+				want[i].Decision, want[i].Err = alone.Take(ctx, reqs[i])
+			}
+			out := make([]storekit.Outcome, len(reqs))
+			s.TakeBatch(ctx, reqs, out)
+			for i := range reqs {
+				if out[i] != want[i] {
+					t.Errorf("decision %d (%s n=%d peek=%v max %d): %+v, %v in the batch; %+v, %v alone",
+						i, reqs[i].Key, reqs[i].N, reqs[i].Peek, reqs[i].Policy.Max, out[i].Decision, out[i].Err, want[i].Decision, want[i].Err)
+				}
+			}
+		}
+		incrs, gets := srv.Calls(t, "incrby"), srv.Calls(t, "get")
+		batchAlone(reqs)
+		if d := srv.Calls(t, "incrby") - incrs; d != 3+7 {
+			t.Errorf("%d INCRBY for 7 adds to 2 counters with a peek between, want 3 (and 7 alone)", d)
+		}
+		if d := srv.Calls(t, "get") - gets; d != 1+1 {
+			t.Errorf("%d GET for 1 peek, want 1 (and 1 alone)", d)
+		}
+		key := fmt.Sprintf("ct:join:{hot}:c%d", (floodgatetest.BaseMicros+5_000_000)/3_600_000_000)
+		if v := srv.Must(t, "GET", key); v != "9" {
+			t.Errorf("GET %s = %v, want 9", key, v)
+		}
+		if ttl := srv.Must(t, "PTTL", key).(int64); ttl <= 0 {
+			t.Errorf("PTTL %s = %d, want the window's end", key, ttl)
+		}
+
+		// Sums stay within MaxCost: 1 and MaxCost-1 are joined, MaxCost
+		// is not, nor is 1 after it.
+		at(3_600_000_000 + 5_000_000) // the next hour's window, new counters
+		incrs = srv.Calls(t, "incrby")
+		batchAlone([]floodgate.Request{{Policy: &p, Key: "big", N: 1}, {Policy: &p, Key: "big", N: floodgate.MaxCost - 1},
+			{Policy: &p, Key: "big", N: floodgate.MaxCost}, {Policy: &p, Key: "big", N: 1}})
+		if d := srv.Calls(t, "incrby") - incrs; d != 3+4 {
+			t.Errorf("%d INCRBY for 1, MaxCost-1, MaxCost and 1, want 3 (and 4 alone)", d)
+		}
+		key = fmt.Sprintf("ct:join:{big}:c%d", (floodgatetest.BaseMicros+3_605_000_000)/3_600_000_000)
+		if v, want := srv.Must(t, "GET", key), strconv.FormatInt(2*floodgate.MaxCost+1, 10); v != want {
+			t.Errorf("GET %s = %v, want %s", key, v, want)
+		}
+	})
+
 	t.Run("TTLOncePerSecond", func(t *testing.T) {
 		// SPEC.md, "Counters": an add sends its counter's TTL unless the
 		// store set it within the last second, and after its INCRBY when
@@ -270,6 +335,20 @@ func TestCounters(t *testing.T) {
 		}
 		if v := srv.Must(t, "GET", key); v != "9223372036854775001" {
 			t.Errorf("the count is %v, want the add of 1 only", v)
+		}
+		// Two adds joined in a batch, whose sum INCRBY refuses (the
+		// first alone would pass): each is denied as on the saturated
+		// count, as each would be alone.
+		srv.Must(t, "SET", key, "9223372036854775800", "PX", "3600000")
+		out := make([]storekit.Outcome, 2)
+		long.TakeBatch(ctx, []floodgate.Request{{Policy: &p, Key: "k", N: 5}, {Policy: &p, Key: "k", N: 5}}, out)
+		for i, o := range out {
+			if o.Err != nil || o.Decision.Allowed || o.Decision.RetryAfter != 9*time.Second || o.Decision.Remaining != 0 {
+				t.Errorf("joined add %d of 5 past INCRBY's range: %+v, %v; want denied for 9 s", i, o.Decision, o.Err)
+			}
+		}
+		if v := srv.Must(t, "GET", key); v != "9223372036854775800" {
+			t.Errorf("the count is %v, want it left as it was", v)
 		}
 		// A refund takes from 2^53-1, the twin's saturated count.
 		d, err := long.Take(ctx, floodgate.Request{Policy: &p, Key: "k", N: floodgate.MaxCost - 5, Refund: true})
@@ -396,8 +475,14 @@ func countersDifferential(t *testing.T, c redis.UniversalClient, runs int) {
 			case k <= 4:
 				reqs = []floodgate.Request{{Policy: pol, Key: key, N: n, Peek: true}}
 			case k == 5:
+				// Adds to one counter are joined (at most MaxCost in
+				// all), up to a peek of it.
 				for j := 0; j < 2+rng.IntN(6); j++ {
-					reqs = append(reqs, floodgate.Request{Policy: []*floodgate.Policy{&p, &q}[rng.IntN(2)], Key: floodgatetest.DiffKeys[rng.IntN(5)], N: 1 + rng.Int64N(3), Peek: rng.IntN(4) == 0})
+					n := 1 + rng.Int64N(3)
+					if rng.IntN(20) == 0 {
+						n = floodgate.MaxCost - rng.Int64N(2)
+					}
+					reqs = append(reqs, floodgate.Request{Policy: []*floodgate.Policy{&p, &q}[rng.IntN(2)], Key: floodgatetest.DiffKeys[rng.IntN(5)], N: n, Peek: rng.IntN(4) == 0})
 				}
 			default:
 				reqs = []floodgate.Request{{Policy: pol, Key: key, N: n}}

@@ -24,7 +24,9 @@ import (
 // pipeline of FCALL_RO, which go-redis sends to the replicas; a batch
 // that also adds goes to the masters whole, as go-redis sends any
 // pipeline holding a write. On a server without functions each request
-// is a script call of its own in the pipeline.
+// is a script call of its own in the pipeline. The adds to one counter
+// (WithCounters), up to a peek of it, are one INCRBY of their sum, each
+// decided on the count after it, as if sent one after another.
 //
 // Requests whose function or script the node did not have ("Function not
 // found", NOSCRIPT: not run) are sent again, those alone, as EVAL of the

@@ -20,8 +20,9 @@ import (
 // descriptor — as a Redis integer per window, changed by native commands
 // (INCRBY and PEXPIRE for an add, GET for a peek) instead of a function
 // call: envoyproxy/ratelimit's layout, which costs Redis about a quarter
-// of a decision made in Lua (SPEC.md, "Counters"). It needs WithClock: the
-// window is chosen before Redis is asked.
+// of a decision made in Lua (SPEC.md, "Counters"). TakeBatch sends the
+// adds of a batch to one counter as one INCRBY of their sum. It needs
+// WithClock: the window is chosen before Redis is asked.
 //
 // Decisions are SPEC.md's but for its rule 1: a counter keeps no time of
 // its last add, so a request stamped earlier than one already counted is

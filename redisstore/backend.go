@@ -107,8 +107,10 @@ type call struct {
 	// now and n are a counter's time (µs) and cost (incr, get).
 	now, n int64
 
-	// subs, when set, are the calls this one decides in one FCALL of the
-	// library's batch function (joinBatch): its reply is theirs, in order.
+	// subs, when set, are the calls this one makes: in one FCALL of the
+	// library's batch function (joinBatch), whose reply is theirs, in
+	// order; or in one INCRBY of the sum of their adds to one counter
+	// (joinCounters), whose reply is the count after the last of them.
 	subs []*call
 }
 

@@ -26,7 +26,8 @@ import (
 // pipeline holding a write. On a server without functions each request
 // is a script call of its own in the pipeline. The adds to one counter
 // (WithCounters), up to a peek of it, are one INCRBY of their sum, each
-// decided on the count after it, as if sent one after another.
+// decided on the count before it, as if they had been sent one after
+// another.
 //
 // Requests whose function or script the node did not have ("Function not
 // found", NOSCRIPT: not run) are sent again, those alone, as EVAL of the
@@ -121,7 +122,7 @@ func (s *Store) joinBatch(calls []*call) []*call {
 	var only *call         // the batch still taking calls, on a server that is not a cluster
 	var open map[int]*call // on a cluster: by slot
 	for _, c := range calls {
-		if c.kind != fcall && c.kind != fcallRO || c.tag == "" || len(c.keys) == 0 || c.subs != nil {
+		if c.kind != fcall && c.kind != fcallRO || c.tag == "" || len(c.keys) == 0 {
 			out = append(out, c)
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,6 +58,14 @@ func counted(p *floodgate.Policy) bool {
 	return p.Algorithm == floodgate.FixedWindow && (p.Align == "" || p.Align == floodgate.AlignEpoch) &&
 		p.CountDenied != nil && *p.CountDenied && !p.Track
 }
+
+// steppingClock moves step µs on at every read, from now.
+type steppingClock struct {
+	now  atomic.Int64
+	step int64
+}
+
+func (c *steppingClock) Now() time.Time { return time.UnixMicro(c.now.Add(c.step) - c.step) }
 
 // counterPolicy returns a fixed window the store keeps as counters.
 func counterPolicy(name string, max int64, window time.Duration) floodgate.Policy {
@@ -215,6 +224,51 @@ func TestCounters(t *testing.T) {
 		key = fmt.Sprintf("ct:join:{big}:c%d", (floodgatetest.BaseMicros+3_605_000_000)/3_600_000_000)
 		if v, want := srv.Must(t, "GET", key), strconv.FormatInt(2*floodgate.MaxCost+1, 10); v != want {
 			t.Errorf("GET %s = %v, want %s", key, v, want)
+		}
+
+		// A joined add's error is each add's.
+		cut, cancel := context.WithCancel(ctx)
+		cancel()
+		out := make([]storekit.Outcome, 2)
+		s.TakeBatch(cut, []floodgate.Request{{Policy: &p, Key: "hot", N: 1}, {Policy: &p, Key: "hot", N: 1}}, out)
+		for i, o := range out {
+			if !errors.Is(o.Err, context.Canceled) {
+				t.Errorf("joined add %d with its context canceled: %+v, %v; want context.Canceled", i, o.Decision, o.Err)
+			}
+		}
+	})
+
+	t.Run("JoinedAddsOwnTimes", func(t *testing.T) {
+		// Adds made at different times (a clock read per request, here
+		// a second apart) are each decided at their own, and their
+		// counter's TTL runs to the window's end from the earliest.
+		mk := func(prefix string) *redisstore.Store {
+			cl := &steppingClock{step: 1_000_000}
+			cl.now.Store(floodgatetest.BaseMicros + 7_200_000_000 + 10_000_000) // 10 s into an hour's window
+			return newStore(t, c, redisstore.WithClock(cl), redisstore.WithCounters(), redisstore.WithPrefix(prefix))
+		}
+		p := counterPolicy("own", 5, time.Hour)
+		reqs := []floodgate.Request{{Policy: &p, Key: "k", N: 2}, {Policy: &p, Key: "k", N: 2}, {Policy: &p, Key: "k", N: 2}}
+		alone, joined := mk("cta"), mk("ctj")
+		want := make([]storekit.Outcome, len(reqs))
+		for i := range reqs {
+			want[i].Decision, want[i].Err = alone.Take(ctx, reqs[i])
+		}
+		sent := time.Now()
+		out := make([]storekit.Outcome, len(reqs))
+		joined.TakeBatch(ctx, reqs, out)
+		for i := range reqs {
+			if out[i] != want[i] {
+				t.Errorf("add %d: %+v, %v in the batch; %+v, %v alone", i, out[i].Decision, out[i].Err, want[i].Decision, want[i].Err)
+			}
+		}
+		if d := out[0].Decision; d.ResetAfter != 3590*time.Second || out[2].Decision.ResetAfter != 3588*time.Second {
+			t.Errorf("reset_after %v and %v, want 3,590 s and 3,588 s (the adds' own times)", d.ResetAfter, out[2].Decision.ResetAfter)
+		}
+		key := fmt.Sprintf("ctj:own:{k}:c%d", (floodgatetest.BaseMicros+7_210_000_000)/3_600_000_000)
+		ttl := srv.Must(t, "PTTL", key).(int64)
+		if least := 3_590_000 - time.Since(sent).Milliseconds() - 1; ttl < least || ttl > 3_590_000 {
+			t.Errorf("PTTL %s = %d ms, want the window's end from the earliest add, 3,590,000 ms (at least %d ms now)", key, ttl, least)
 		}
 	})
 

@@ -27,7 +27,10 @@ import (
 // is a script call of its own in the pipeline. The adds to one counter
 // (WithCounters), up to a peek of it, are one INCRBY of their sum, each
 // decided on the count before it, as if they had been sent one after
-// another.
+// another. A request that is a call of its own (a group, a reservation, a
+// settle, a refund, a partial grant, a calendar window) is sent once the
+// requests before it are decided, and those after it in another round
+// trip, so that each sees the ones before it.
 //
 // Requests whose function or script the node did not have ("Function not
 // found", NOSCRIPT: not run) are sent again, those alone, as EVAL of the
@@ -61,7 +64,10 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 			continue
 		}
 		if budgetOp(req) {
-			// One call of its own: group.lua's reply is another shape.
+			// One call of its own (group.lua's reply is another
+			// shape), after the requests before it.
+			s.sendBatch(ctx, reqs, out, calls, preps, index, &until)
+			calls, preps, index = calls[:0], preps[:0], index[:0]
 			d, err := s.takeBudget(ctx, req, &until)
 			out[i] = storekit.Outcome{Decision: d, Err: err}
 			continue
@@ -80,6 +86,13 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		preps = append(preps, pr)
 		index = append(index, i)
 	}
+	s.sendBatch(ctx, reqs, out, calls, preps, index, &until)
+}
+
+// sendBatch makes calls, the calls of reqs[index[j]] prepared as preps[j],
+// in one pipelined round trip (see TakeBatch), and sets their outcomes in
+// out.
+func (s *Store) sendBatch(ctx context.Context, reqs []floodgate.Request, out []storekit.Outcome, calls []*call, preps []*prepared, index []int, until *time.Time) {
 	if len(calls) == 0 {
 		return
 	}
@@ -88,7 +101,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	splitBatch(sent)
 	splitCounters(sent)
 
-	s.again(ctx, calls, &until) // exactly the calls that did not run
+	s.again(ctx, calls, until) // exactly the calls that did not run
 	for j, c := range calls {
 		i := index[j]
 		if c.err != nil {

@@ -21,7 +21,7 @@ import (
 
 // batchDifferential sends seeded random batches (several random policies,
 // keys that may share a slot, repeats of one key within a batch, peeks
-// among the adds, costs beyond the max) through TakeBatch and demands of
+// and refunds among the adds, costs beyond the max) through TakeBatch and demands of
 // every outcome the decision memstore makes when it takes the same
 // requests one after another. It returns the number of decisions.
 func batchDifferential(t *testing.T, c redis.UniversalClient, tag string, runs, batches int, opts ...redisstore.Option) int {
@@ -55,6 +55,8 @@ func batchDifferential(t *testing.T, c redis.UniversalClient, tag string, runs, 
 			for i := range reqs {
 				n := []int64{1, 1, 1, 2, 3, 1 + rng.Int64N(12), floodgate.MaxCost}[rng.IntN(7)]
 				reqs[i] = floodgate.Request{Policy: &pols[rng.IntN(len(pols))], Key: floodgatetest.DiffKeys[rng.IntN(4)], N: n, Peek: rng.IntN(6) == 0}
+				// A refund is a call of its own, in its place.
+				reqs[i].Refund = !reqs[i].Peek && rng.IntN(10) == 0
 			}
 			out := make([]storekit.Outcome, len(reqs))
 			red.TakeBatch(ctx, reqs, out)
@@ -65,7 +67,7 @@ func batchDifferential(t *testing.T, c redis.UniversalClient, tag string, runs, 
 				if errW != nil || errG != nil || want != got {
 					var sb strings.Builder
 					for j, r := range reqs {
-						fmt.Fprintf(&sb, "  #%d %s key %q n %d peek %v\n", j, r.Policy.Name, r.Key, r.N, r.Peek)
+						fmt.Fprintf(&sb, "  #%d %s key %q n %d peek %v refund %v\n", j, r.Policy.Name, r.Key, r.N, r.Peek, r.Refund)
 					}
 					t.Fatalf("run %d batch %d: request #%d (%s) decided %v (err %v) in a batch, %v (err %v) one by one; the batch:\n%s",
 						run, b, i, req.Policy.String(), got, errG, want, errW, sb.String())

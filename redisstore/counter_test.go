@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -470,6 +471,72 @@ func TestCounters(t *testing.T) {
 			t.Errorf("%d FCALL for 5 policies that are not counters", d)
 		}
 	})
+}
+
+// TestCountersConcurrentExact: goroutines sending batches of adds of 1 to
+// one hot counter at once, across window edges on the system's clock (the
+// adds of a batch joined into one INCRBY): whatever the timing, each
+// window allowed exactly min(max, its count), which is what a fixed window
+// that counts denied requests decides. The counters are kept an hour
+// (WithMinTTL), so that each window's count can be read after.
+func TestCountersConcurrentExact(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	s := newStore(t, client(t, srv), redisstore.WithClock(storekit.SystemClock{}), redisstore.WithCounters(),
+		redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix("cx"))
+	const max = 500
+	p := counterPolicy("hot", max, 10*time.Millisecond)
+	ctx := context.Background()
+	var allowed, batches atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(300 * time.Millisecond)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reqs := make([]floodgate.Request, 1+g)
+			for i := range reqs {
+				reqs[i] = floodgate.Request{Policy: &p, Key: "k", N: 1}
+			}
+			out := make([]storekit.Outcome, len(reqs))
+			for time.Now().Before(stop) {
+				s.TakeBatch(ctx, reqs, out)
+				for i, o := range out {
+					if o.Err != nil {
+						t.Errorf("add %d of a batch: %v", i, o.Err)
+						return
+					}
+					if o.Decision.Allowed {
+						allowed.Add(1)
+					}
+				}
+				batches.Add(1)
+				// Now and then a pause, so that on a quick machine
+				// some windows stay under max.
+				if rand.IntN(4) == 0 {
+					time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	keys := srv.Must(t, "KEYS", "cx:hot:{k}:c*").([]any)
+	var want, counted, full int64
+	for _, k := range keys {
+		n, err := strconv.ParseInt(srv.Must(t, "GET", k.(string)).(string), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += min(n, max)
+		counted += n
+		if n >= max {
+			full++
+		}
+	}
+	if got := allowed.Load(); got != want {
+		t.Errorf("%d adds allowed, want %d: min(%d, the count) over %d windows", got, want, max, len(keys))
+	}
+	t.Logf("%d batches, %d adds over %d windows of 10 ms (%d of them at max or over), %d allowed", batches.Load(), counted, len(keys), full, allowed.Load())
 }
 
 // TestCountersDifferential: a store's counters decide as the memory store

@@ -225,10 +225,10 @@ func splitBatch(sent []*call) {
 // "Counters") joined into one INCRBY of their sum, at the first one's
 // place: Redis runs one command for them, and go-redis sends and reads
 // one. The adds of a hot key, which arrive together, then cost Redis and
-// the store one command a batch. A sum stays within floodgate.MaxCost,
-// and a peek of the counter ends its adds' join, so that each add's
-// decision (splitCounters) is the one it would have had sent alone, in
-// order, right after the adds before it.
+// the store about one command a batch. A sum stays within
+// floodgate.MaxCost, and a peek of the counter ends its adds' join, so
+// that each add's decision (splitCounters) is the one it would have had
+// sent alone, in order, right after the adds before it.
 func joinCounters(calls []*call) []*call {
 	adds := 0
 	for _, c := range calls {
@@ -262,10 +262,11 @@ func joinCounters(calls []*call) []*call {
 			if open == nil {
 				open = make(map[string]int)
 			}
-			open[c.keys[0]] = i
+			at := i // its index in out, which is calls until out is made
 			if out != nil {
-				open[c.keys[0]] = len(out)
+				at = len(out)
 			}
+			open[c.keys[0]] = at
 		}
 		if out != nil {
 			out = append(out, c)

@@ -18,8 +18,10 @@ import (
 // FCALL of the library's batch function, batchMax at a time, which makes
 // them one after another as their own calls would: what Redis spends on
 // a call of its own (the command, the function's entry, the reply) is
-// spent once, and the decisions that read the server's clock share one
-// TIME, read by the first of them: the batch runs at one instant. With a
+// spent once, the decisions that read the server's clock share one
+// TIME, read by the first of them (the batch runs at one instant), and
+// the decisions of one key share its state: a hot key's is read with one
+// GET and written with one SET a call, after its last decision. With a
 // client that reads from replicas, a batch of peeks alone stays a
 // pipeline of FCALL_RO, which go-redis sends to the replicas; a batch
 // that also adds goes to the masters whole, as go-redis sends any
@@ -172,13 +174,33 @@ func (s *Store) joinBatch(calls []*call) []*call {
 			}
 			b.keys = make([]string, 0, nk)
 			b.args = make([]any, 0, 4*len(b.subs))
+			calls := firstKeyCalls(b.subs)
 			for _, c := range b.subs {
 				b.keys = append(b.keys, c.keys...)
-				b.args = append(b.args, c.tag, len(c.keys), c.args[0], c.args[1])
+				n := len(c.keys)
+				if calls[c.keys[0]] > 1 {
+					n = -n // shares the batch's state cache (batch.lua)
+				}
+				b.args = append(b.args, c.tag, n, c.args[0], c.args[1])
 			}
 		}
 	}
 	return out
+}
+
+// firstKeyCalls returns how many of calls have each first key. In a call
+// of the batch function, the decisions whose first key (their state) is
+// another's too are sent with their key count negated: they share a cache
+// of their states for the call, so that a hot key's state is read once
+// and written once a batch rather than once a decision (batch.lua,
+// common.lua's state_get). The others, whose state no other decision of
+// the batch reads, pay nothing for it.
+func firstKeyCalls(calls []*call) map[string]int {
+	m := make(map[string]int, len(calls))
+	for _, c := range calls {
+		m[c.keys[0]]++
+	}
+	return m
 }
 
 // allPeeks reports whether every call is a peek (FCALL_RO).

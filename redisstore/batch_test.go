@@ -215,3 +215,124 @@ func TestBatchReadsClockOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchStateCache: the calls of one batch that share a key (a hot
+// key) read its state from Redis once and write it once, after the last
+// of them (joinBatch marks them; common.lua, state_get), and every
+// decision, the state left and its TTL are what the same requests make
+// one by one.
+func TestBatchStateCache(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	s := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix("sc"))
+	alone := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix("sc1"))
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pols := []floodgate.Policy{
+		{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, Align: floodgate.AlignFirst},
+		{Name: "gc", Algorithm: floodgate.GCRA, Max: 5, Window: time.Hour, Burst: 5},
+		{Name: "tb", Algorithm: floodgate.TokenBucket, Max: 5, Window: time.Hour, Burst: 5},
+		{Name: "ar", Algorithm: floodgate.AR1, Limits: []floodgate.Limit{{Max: 5, Resolution: time.Minute, Decay: 2}}},
+	}
+	parts := []string{"fw", "gc", "tb", "ar"}
+	stateKey := func(prefix string, i int, key string) string {
+		return fmt.Sprintf("%s:%s:{%s}:%s", prefix, pols[i].Name, key, parts[i])
+	}
+	// Seven adds of 1 to a hot key under each policy (five allowed, two
+	// denied and not counted), the policies taking turns, a peek among
+	// them, and one add to a cold key in the middle, which no other
+	// decision shares a key with (not marked: GET and SET of its own): 5
+	// keys read, 5 written.
+	var reqs []floodgate.Request
+	for j := 0; j < 8; j++ {
+		for i := range pols {
+			reqs = append(reqs, floodgate.Request{Policy: &pols[i], Key: "hot", N: 1, Peek: j == 3})
+		}
+		if j == 4 {
+			reqs = append(reqs, floodgate.Request{Policy: &pols[0], Key: "cold", N: 2})
+		}
+	}
+	gets, sets, fcalls := srv.Calls(t, "get"), srv.Calls(t, "set"), srv.Calls(t, "fcall")
+	out := make([]storekit.Outcome, len(reqs))
+	s.TakeBatch(ctx, reqs, out)
+	if n := srv.Calls(t, "fcall") - fcalls; n != 1 {
+		t.Fatalf("the batch took %d FCALLs, want 1", n)
+	}
+	if n := srv.Calls(t, "get") - gets; n != 5 {
+		t.Errorf("%d decisions on 5 keys read a state %d times (GET), want 5", len(reqs), n)
+	}
+	if n := srv.Calls(t, "set") - sets; n != 5 {
+		t.Errorf("%d decisions on 5 keys wrote a state %d times (SET), want 5", len(reqs), n)
+	}
+	compare := func(reqs []floodgate.Request, out []storekit.Outcome) {
+		t.Helper()
+		for i, req := range reqs {
+			d, err := alone.Take(ctx, req)
+			if out[i].Decision != d || out[i].Err != err {
+				t.Errorf("decision #%d (%s, %s, n %d, peek %v): %+v (err %v) in the batch, %+v (err %v) one by one",
+					i, req.Policy.Name, req.Key, req.N, req.Peek, out[i].Decision, out[i].Err, d, err)
+			}
+		}
+		for i := range pols {
+			for _, key := range []string{"hot", "cold"} {
+				b, a := stateKey("sc", i, key), stateKey("sc1", i, key)
+				vb, errB := c.Get(ctx, b).Result()
+				va, errA := c.Get(ctx, a).Result()
+				if vb != va || (errB == nil) != (errA == nil) {
+					t.Errorf("%s: state %x (err %v) after the batch, %x (err %v) one by one", b, vb, errB, va, errA)
+				}
+				if errB != nil {
+					continue
+				}
+				// The TTLs were set at different moments of the server's
+				// clock; a wrong one is wrong by an hour or has none.
+				tb, ta := c.PTTL(ctx, b).Val(), c.PTTL(ctx, a).Val()
+				if tb <= 0 || ta <= 0 || tb-ta > time.Minute || ta-tb > time.Minute {
+					t.Errorf("%s: PTTL %v after the batch, %v one by one", b, tb, ta)
+				}
+			}
+		}
+	}
+	compare(reqs, out)
+
+	// A batch whose calls read the clock at their own times: fixed_window's
+	// first call keeps the key's TTL (KEEPTTL, the window is live), its
+	// second opens a new window (PX an hour) and its third keeps that.
+	// The states were left with a TTL of 3 hours, so keeping it is wrong
+	// by 2 hours.
+	long := func(prefix string) *redisstore.Store {
+		return newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix(prefix), redisstore.WithMinTTL(3*time.Hour))
+	}
+	clock.SetMicros(floodgatetest.BaseMicros + 10*3_600_000_000)
+	for _, prefix := range []string{"sc", "sc1"} {
+		if _, err := long(prefix).Take(ctx, floodgate.Request{Policy: &pols[0], Key: "roll", N: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := func(prefix string) *redisstore.Store {
+		cl := &steppingClock{step: 1_000_000}
+		cl.now.Store(floodgatetest.BaseMicros + 11*3_600_000_000 - 1_000_000) // 1 s before the window's end
+		return newStore(t, c, redisstore.WithClock(cl), redisstore.WithPrefix(prefix))
+	}
+	roll := []floodgate.Request{{Policy: &pols[0], Key: "roll", N: 1}, {Policy: &pols[0], Key: "roll", N: 1}, {Policy: &pols[0], Key: "roll", N: 1}}
+	out = out[:len(roll)]
+	step("sc").TakeBatch(ctx, roll, out)
+	one := step("sc1")
+	for i, req := range roll {
+		d, err := one.Take(ctx, req)
+		if out[i].Decision != d || out[i].Err != err {
+			t.Errorf("roll #%d: %+v (err %v) in the batch, %+v (err %v) one by one", i, out[i].Decision, out[i].Err, d, err)
+		}
+	}
+	if d := out[2].Decision; !d.Allowed || d.Remaining != 3 {
+		t.Errorf("the third add, in the new window: %+v, want allowed with 3 remaining", d)
+	}
+	tb, ta := c.PTTL(ctx, stateKey("sc", 0, "roll")).Val(), c.PTTL(ctx, stateKey("sc1", 0, "roll")).Val()
+	if tb <= 0 || tb > time.Hour || ta <= 0 || ta > time.Hour || tb-ta > time.Minute || ta-tb > time.Minute {
+		t.Errorf("PTTL %v after the batch, %v one by one; want the new window's hour", tb, ta)
+	}
+}

@@ -62,11 +62,12 @@ local function slot_end(slot, j, res)
   return (slot + j) * res
 end
 
-local function ar1_decide(keys, p, now, n, peek)
+local function ar1_decide(keys, p, now, n, peek, sc)
   local limits = p.limits
   local key = keys[1]
   local has, tlast, born, slots, cs = false, 0, 0, {}, {}
-  local raw = redis.call('GET', key)
+  local raw
+  if sc then raw = state_get(sc, key) else raw = redis.call('GET', key) end
   if raw and #raw == 8 * (2 + 3 * #limits) then
     local v = {struct.unpack(p.format, raw)}
     has, tlast, born = true, v[1], v[2]
@@ -130,7 +131,8 @@ local function ar1_decide(keys, p, now, n, peek)
       out[#out + 1] = counts[i] + n
     end
     expires = now + reset
-    redis.call('SET', key, struct.pack(p.format, unpack(out)), 'PX', ttl_ms(expires, now, p.min_ttl))
+    local v, px = struct.pack(p.format, unpack(out)), ttl_ms(expires, now, p.min_ttl)
+    if sc then state_set(sc, key, v, px) else redis.call('SET', key, v, 'PX', px) end
   elseif record or has then
     -- a peek previews the recording add; an unchanged state empties when
     -- its counts do

@@ -143,6 +143,57 @@ local function ttl_ms(expires, now, min_ttl)
   return fmt(ms)
 end
 
+-- A batch's state cache. fixed_window, gcra, token_bucket and ar1 keep a
+-- key's state in one string, read with GET and written with SET by their
+-- decide(keys, p, now, n, peek, sc). No other client's command runs
+-- within one FCALL, so the state a call of a batch (batch.lua) read or
+-- wrote is what the batch's next call of that key would read: sc carries
+-- it from call to call, and the writes go to Redis once, after the
+-- batch's last call (state_flush). The calls of a key that several calls
+-- of the batch share (a hot key's) so read its state once and write it
+-- once, however many they are and whatever calls come between them; what
+-- each decides is unchanged. The store marks those calls (redisstore's
+-- joinBatch); the others get no sc and GET and SET as a call of their own
+-- does, so that a batch of distinct keys pays nothing for the cache. In
+-- sc: v maps a key to its state (false: none), x a written key to the PX
+-- argument to send (true: keep the key's TTL, KEEPTTL), and d lists the
+-- written keys in the order of their first write.
+local function state_get(sc, key)
+  local v = sc.v[key]
+  if v == nil then
+    v = redis.call('GET', key)
+    sc.v[key] = v
+  end
+  return v
+end
+
+-- state_set writes a key's state into sc: with px (ttl_ms's string) its
+-- TTL, without it keeping the TTL the key has. A write without px after
+-- one with px keeps that px, as KEEPTTL would keep the TTL that write set.
+local function state_set(sc, key, v, px)
+  local x = sc.x
+  if x[key] == nil then
+    sc.d[#sc.d + 1] = key
+    x[key] = true
+  end
+  if px then x[key] = px end
+  sc.v[key] = v
+end
+
+-- state_flush writes what a batch's calls wrote into sc, one SET a key.
+local function state_flush(sc)
+  local v, x, d = sc.v, sc.x, sc.d
+  for i = 1, #d do
+    local key = d[i]
+    local px = x[key]
+    if px == true then
+      redis.call('SET', key, v[key], 'KEEPTTL')
+    else
+      redis.call('SET', key, v[key], 'PX', px)
+    end
+  end
+end
+
 -- HB is what the last decide left for a reservation's hold (SPEC.md,
 -- "Reserve, settle, refund"): at, its now after rule 1; born, the state's
 -- birth after the call (0 without a state); tq and tr, the Go twin's A
@@ -358,16 +409,18 @@ end
 -- entry returns the function of an algorithm, deciding or peeking: the
 -- body every call runs, as f(keys, args) or, from batch.lua, f(keys, args,
 -- clock): clock[1] the server's clock (µs) that the batch's calls share,
--- read with TIME by the first call that needs it (nil until then). It
+-- read with TIME by the first call that needs it (nil until then), and
+-- sc the batch's state cache (state_get) when the call's key is one that
+-- other calls of the batch share, passed to decide. It
 -- reads the parameters (parse(f, p) adds the algorithm's to p, and sets
 -- p.nkeys, the number of state keys; the usage hash follows them) and the
 -- call, checks the clock, lets the algorithm decide (decide(keys, p, now,
--- n, peek) returns allowed, remaining, retry_after, reset_after, binding
+-- n, peek, sc) returns allowed, remaining, retry_after, reset_after, binding
 -- and the state's expiry after the call, 0 for none), tracks usage and
 -- replies. parse, decide and peek are upvalues, so a call goes through no
 -- wrapper: function calls are a good part of what Lua costs here.
 local function entry(parse, decide, peek)
-  return function(keys, args, clock)
+  return function(keys, args, clock, sc)
     local p = P[args[1]]
     if not p then p = params(args[1], parse) end
     local call = args[2]
@@ -386,7 +439,7 @@ local function entry(parse, decide, peek)
     if now < 0 or now > MAXNOW then
       return redis.error_reply('ERR floodgate: clock reads ' .. fmt(now) .. ' µs, outside 1970 to 2155')
     end
-    local allowed, remaining, retry, reset, binding, expires = decide(keys, p, now, n, peek)
+    local allowed, remaining, retry, reset, binding, expires = decide(keys, p, now, n, peek, sc)
     if p.track and not peek then
       if p.sres then
         track_series(keys[p.nkeys + 1], now, n, allowed, expires, p)

@@ -24,11 +24,12 @@ local function cal_window(now)
   return nil
 end
 
-local function fixed_window_decide(keys, p, now, n, peek)
+local function fixed_window_decide(keys, p, now, n, peek, sc)
   local max, w = p.max, p.w
   local key = keys[1]
   local has, start, count, tlast, born = false, 0, 0, 0, 0
-  local raw = redis.call('GET', key)
+  local raw
+  if sc then raw = state_get(sc, key) else raw = redis.call('GET', key) end
   if raw and #raw == 32 then
     has = true
     start, count, tlast, born = struct.unpack('<dddd', raw)
@@ -71,9 +72,11 @@ local function fixed_window_decide(keys, p, now, n, peek)
   if record and not peek then
     local v = struct.pack('<dddd', start, after, now, born)
     if live then
-      redis.call('SET', key, v, 'KEEPTTL') -- the window, and so its end, is the same
+      -- the window, and so its end, is the same: KEEPTTL
+      if sc then state_set(sc, key, v) else redis.call('SET', key, v, 'KEEPTTL') end
     else
-      redis.call('SET', key, v, 'PX', ttl_ms(expires, now, p.min_ttl))
+      local px = ttl_ms(expires, now, p.min_ttl)
+      if sc then state_set(sc, key, v, px) else redis.call('SET', key, v, 'PX', px) end
     end
   end
   return allowed, remaining, retry, reset, 0, expires

@@ -35,11 +35,12 @@ local function addpair(aq, ar, bq, br, c)
   return q, r
 end
 
-local function gcra_decide(keys, p, now, n, peek)
+local function gcra_decide(keys, p, now, n, peek, sc)
   local count, period, burst = p.count, p.period, p.burst
   local key = keys[1]
   local has, TAT, FRAC, tlast, born = false, 0, 0, 0, 0
-  local raw = redis.call('GET', key)
+  local raw
+  if sc then raw = state_get(sc, key) else raw = redis.call('GET', key) end
   if raw and #raw == 35 then
     local q, r, l, c, b = struct.unpack('>i7i7i7i7i7', raw)
     if c == count then has, TAT, FRAC, tlast, born = true, q, r, l, b end
@@ -90,7 +91,8 @@ local function gcra_decide(keys, p, now, n, peek)
   if record and not was then born = now end
   HB.at, HB.born, HB.tq, HB.tr = now, born, tq, tr
   if record and not peek then
-    redis.call('SET', key, struct.pack('>i7i7i7i7i7', tq, tr, now, count, born), 'PX', ttl_ms(expires, now, p.min_ttl))
+    local v, px = struct.pack('>i7i7i7i7i7', tq, tr, now, count, born), ttl_ms(expires, now, p.min_ttl)
+    if sc then state_set(sc, key, v, px) else redis.call('SET', key, v, 'PX', px) end
   end
   return allowed, remaining, retry, reset, 0, expires
 end

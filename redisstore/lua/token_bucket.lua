@@ -19,12 +19,13 @@ local function token_bucket_parse(f, p)
   p.limit, p.w, p.burst = tonumber(f[6]), tonumber(f[7]), tonumber(f[8])
 end
 
-local function token_bucket_decide(keys, p, now, n, peek)
+local function token_bucket_decide(keys, p, now, n, peek, sc)
   local limit, w, burst = p.limit, p.w, p.burst
   local rate = limit - burst -- U gained per µs
   local key = keys[1]
   local has, created_s, tlast, Q, R, born = false, 0, 0, 0, 0, 0
-  local raw = redis.call('GET', key)
+  local raw
+  if sc then raw = state_get(sc, key) else raw = redis.call('GET', key) end
   if raw and #raw == 42 then
     local c, l, q, r, sw, b = struct.unpack('>i7i7i7i7i7i7', raw)
     if sw == w then has, created_s, tlast, Q, R, born = true, c, l, q, r, b end
@@ -79,9 +80,11 @@ local function token_bucket_decide(keys, p, now, n, peek)
   if record and not peek then
     local v = struct.pack('>i7i7i7i7i7i7', created, now, aq, ar, w, born)
     if live then
-      redis.call('SET', key, v, 'KEEPTTL') -- the state expires when created + window
+      -- the state expires when created + window: KEEPTTL
+      if sc then state_set(sc, key, v) else redis.call('SET', key, v, 'KEEPTTL') end
     else
-      redis.call('SET', key, v, 'PX', ttl_ms(expires, now, p.min_ttl))
+      local px = ttl_ms(expires, now, p.min_ttl)
+      if sc then state_set(sc, key, v, px) else redis.call('SET', key, v, 'PX', px) end
     end
   end
   return allowed, remaining, retry, reset, 0, expires

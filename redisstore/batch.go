@@ -20,8 +20,10 @@ import (
 // a call of its own (the command, the function's entry, the reply) is
 // spent once, the decisions that read the server's clock share one
 // TIME, read by the first of them (the batch runs at one instant), and
-// the decisions of one key share its state: a hot key's is read with one
-// GET and written with one SET a call, after its last decision. With a
+// the decisions of one key under fixed_window, gcra, token_bucket or ar1
+// share its state: a hot key's is read with one GET a call, and, when a
+// decision changed it, written with one SET after the call's last
+// decision. With a
 // client that reads from replicas, a batch of peeks alone stays a
 // pipeline of FCALL_RO, which go-redis sends to the replicas; a batch
 // that also adds goes to the masters whole, as go-redis sends any
@@ -174,11 +176,11 @@ func (s *Store) joinBatch(calls []*call) []*call {
 			}
 			b.keys = make([]string, 0, nk)
 			b.args = make([]any, 0, 4*len(b.subs))
-			calls := firstKeyCalls(b.subs)
+			shared := sharedStates(b.subs)
 			for _, c := range b.subs {
 				b.keys = append(b.keys, c.keys...)
 				n := len(c.keys)
-				if calls[c.keys[0]] > 1 {
+				if shared[c.keys[0]] > 1 {
 					n = -n // shares the batch's state cache (batch.lua)
 				}
 				b.args = append(b.args, c.tag, n, c.args[0], c.args[1])
@@ -188,19 +190,37 @@ func (s *Store) joinBatch(calls []*call) []*call {
 	return out
 }
 
-// firstKeyCalls returns how many of calls have each first key. In a call
-// of the batch function, the decisions whose first key (their state) is
-// another's too are sent with their key count negated: they share a cache
-// of their states for the call, so that a hot key's state is read once
-// and written once a batch rather than once a decision (batch.lua,
-// common.lua's state_get). The others, whose state no other decision of
-// the batch reads, pay nothing for it.
-func firstKeyCalls(calls []*call) map[string]int {
-	m := make(map[string]int, len(calls))
+// sharedStates returns how many of calls have each state key, counting
+// the decisions and peeks whose state is one string (stringStates); nil
+// when there are none. In a call of the batch function, those whose state
+// another's is too are sent with their key count negated: they share a
+// cache of their states for the call, so that a hot key's state is read
+// once and written once a batch call rather than once a decision
+// (batch.lua, common.lua's state_get). The others pay no more for it than
+// a test (about 1% of Redis's instructions a decision).
+func sharedStates(calls []*call) map[string]int {
+	var m map[string]int
 	for _, c := range calls {
+		if !stringStates[c.tag] {
+			continue
+		}
+		if m == nil {
+			m = make(map[string]int, len(calls))
+		}
 		m[c.keys[0]]++
 	}
 	return m
+}
+
+// stringStates are the tags of the decisions and peeks whose state is one
+// string, which batch.lua's state cache serves: fixed_window, gcra,
+// token_bucket and ar1.
+var stringStates = map[string]bool{}
+
+func init() {
+	for _, a := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.GCRA, floodgate.TokenBucket, floodgate.AR1} {
+		stringStates[tags[a]], stringStates[tags[a]+"p"] = true, true
+	}
 }
 
 // allPeeks reports whether every call is a peek (FCALL_RO).

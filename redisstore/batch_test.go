@@ -336,3 +336,80 @@ func TestBatchStateCache(t *testing.T) {
 		t.Errorf("PTTL %v after the batch, %v one by one; want the new window's hour", tb, ta)
 	}
 }
+
+// TestBatchStateCacheExisting: the state cache of a batch call on keys
+// whose state Redis holds already, with its TTL: writes within a live
+// window or bucket keep that TTL (KEEPTTL), and peeks before the first
+// write (a state read, or found missing, more than once) change nothing;
+// every decision, state and TTL is the one the same requests make one by
+// one. And joinBatch marks exactly the decisions whose state is one
+// string that another decision of the call shares.
+func TestBatchStateCacheExisting(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	s := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix("se"))
+	alone := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix("se1"))
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fw := floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, Align: floodgate.AlignFirst}
+	tb := floodgate.Policy{Name: "tb", Algorithm: floodgate.TokenBucket, Max: 5, Window: time.Hour, Burst: 5}
+	for _, st := range []*redisstore.Store{s, alone} {
+		for _, p := range []*floodgate.Policy{&fw, &tb} {
+			if _, err := st.Take(ctx, floodgate.Request{Policy: p, Key: "old", N: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	clock.SetMicros(floodgatetest.BaseMicros + 60_000_000) // a minute on: the same window and bucket
+	reqs := []floodgate.Request{
+		{Policy: &fw, Key: "old", N: 1, Peek: true}, {Policy: &tb, Key: "old", N: 1, Peek: true},
+		{Policy: &fw, Key: "new", N: 1, Peek: true}, {Policy: &fw, Key: "new", N: 1, Peek: true},
+		{Policy: &fw, Key: "old", N: 2}, {Policy: &tb, Key: "old", N: 2},
+		{Policy: &fw, Key: "old", N: 1}, {Policy: &tb, Key: "old", N: 1},
+		{Policy: &fw, Key: "new", N: 1},
+	}
+	gets, sets := srv.Calls(t, "get"), srv.Calls(t, "set")
+	out := make([]storekit.Outcome, len(reqs))
+	s.TakeBatch(ctx, reqs, out)
+	if n := srv.Calls(t, "get") - gets; n != 3 {
+		t.Errorf("%d decisions on 3 keys read a state %d times (GET), want 3", len(reqs), n)
+	}
+	if n := srv.Calls(t, "set") - sets; n != 3 {
+		t.Errorf("%d decisions on 3 keys wrote a state %d times (SET), want 3", len(reqs), n)
+	}
+	for i, req := range reqs {
+		d, err := alone.Take(ctx, req)
+		if out[i].Decision != d || out[i].Err != err {
+			t.Errorf("decision #%d (%s, %s, n %d, peek %v): %+v (err %v) in the batch, %+v (err %v) one by one",
+				i, req.Policy.Name, req.Key, req.N, req.Peek, out[i].Decision, out[i].Err, d, err)
+		}
+	}
+	for _, k := range []string{"fw:{old}:fw", "tb:{old}:tb", "fw:{new}:fw"} {
+		b, a := "se:"+k, "se1:"+k
+		if vb, va := c.Get(ctx, b).Val(), c.Get(ctx, a).Val(); vb != va || vb == "" {
+			t.Errorf("%s: state %x after the batch, %x one by one", b, vb, va)
+		}
+		tb, ta := c.PTTL(ctx, b).Val(), c.PTTL(ctx, a).Val()
+		if tb <= 0 || tb > time.Hour || ta <= 0 || tb-ta > time.Minute || ta-tb > time.Minute {
+			t.Errorf("%s: PTTL %v after the batch, %v one by one; want the hour set when it was made", b, tb, ta)
+		}
+	}
+
+	// Marks: a shared fixed_window key (its peek too) and a shared gcra
+	// key, not a key used once, nor a shared sliding_window key, whose
+	// state is not one string.
+	gc := floodgate.Policy{Name: "gc", Algorithm: floodgate.GCRA, Max: 5, Window: time.Hour, Burst: 5}
+	sw := floodgate.Policy{Name: "sw", Algorithm: floodgate.SlidingWindow, Limits: []floodgate.Limit{{Max: 5, Window: time.Hour, Resolution: time.Minute}}}
+	got := redisstore.BatchKeyCounts(s, []floodgate.Request{
+		{Policy: &fw, Key: "a", N: 1}, {Policy: &sw, Key: "a", N: 1}, {Policy: &fw, Key: "b", N: 1},
+		{Policy: &gc, Key: "a", N: 1}, {Policy: &fw, Key: "a", N: 1, Peek: true}, {Policy: &sw, Key: "a", N: 1},
+		{Policy: &gc, Key: "a", N: 1},
+	})
+	if want := []int{-1, 2, 1, -1, -1, 2, -1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("key counts sent %v, want %v", got, want)
+	}
+}

@@ -61,3 +61,32 @@ func DecisionKeys(s *Store, p *floodgate.Policy, key string) []string {
 
 // KeySlot returns the cluster slot of key.
 func KeySlot(key string) int { return keySlot(key) }
+
+// BatchKeyCounts returns the key counts a batch of reqs sends in its
+// first call of the batch function, in order: negative for a decision
+// that shares the batch's state cache (joinBatch).
+func BatchKeyCounts(s *Store, reqs []floodgate.Request) []int {
+	calls := make([]*call, 0, len(reqs))
+	for i := range reqs {
+		pr, err := s.prepare(reqs[i].Policy)
+		if err != nil {
+			panic(err)
+		}
+		c, err := s.newCall(pr, &reqs[i])
+		if err != nil {
+			panic(err)
+		}
+		calls = append(calls, c)
+	}
+	for _, b := range s.joinBatch(calls) {
+		if b.subs == nil {
+			continue
+		}
+		var out []int
+		for i := 1; i < len(b.args); i += 4 {
+			out = append(out, b.args[i].(int))
+		}
+		return out
+	}
+	return nil
+}

@@ -154,7 +154,7 @@ end
 -- once, however many they are and whatever calls come between them; what
 -- each decides is unchanged. The store marks those calls (redisstore's
 -- joinBatch); the others get no sc and GET and SET as a call of their own
--- does, so that a batch of distinct keys pays nothing for the cache. In
+-- does, so that a batch of distinct keys pays only a test of sc. In
 -- sc: v maps a key to its state (false: none), x a written key to the PX
 -- argument to send (true: keep the key's TTL, KEEPTTL), and d lists the
 -- written keys in the order of their first write.
@@ -408,7 +408,7 @@ end
 
 -- entry returns the function of an algorithm, deciding or peeking: the
 -- body every call runs, as f(keys, args) or, from batch.lua, f(keys, args,
--- clock): clock[1] the server's clock (µs) that the batch's calls share,
+-- clock, sc): clock[1] the server's clock (µs) that the batch's calls share,
 -- read with TIME by the first call that needs it (nil until then), and
 -- sc the batch's state cache (state_get) when the call's key is one that
 -- other calls of the batch share, passed to decide. It

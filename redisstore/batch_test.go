@@ -216,6 +216,33 @@ func TestBatchReadsClockOnce(t *testing.T) {
 	}
 }
 
+// cacheStores returns a manual clock and two stores on c that read it:
+// s (prefix, its library loaded), for requests in a batch, and alone
+// (prefix + "1"), for the same requests one by one.
+func cacheStores(t *testing.T, c *redis.Client, prefix string) (*floodgatetest.ManualClock, *redisstore.Store, *redisstore.Store) {
+	t.Helper()
+	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	s := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix(prefix))
+	alone := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix(prefix+"1"))
+	if err := s.Preload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return clock, s, alone
+}
+
+// sameAlone fails t unless each of reqs, taken one by one on alone,
+// is decided as out says the batch decided it.
+func sameAlone(t *testing.T, alone *redisstore.Store, reqs []floodgate.Request, out []storekit.Outcome) {
+	t.Helper()
+	for i, req := range reqs {
+		d, err := alone.Take(context.Background(), req)
+		if out[i].Decision != d || out[i].Err != err {
+			t.Errorf("decision #%d (%s, %s, n %d, peek %v): %+v (err %v) in the batch, %+v (err %v) one by one",
+				i, req.Policy.Name, req.Key, req.N, req.Peek, out[i].Decision, out[i].Err, d, err)
+		}
+	}
+}
+
 // TestBatchStateCache: the calls of one batch that share a key (a hot
 // key) read its state from Redis once and write it once, after the last
 // of them (joinBatch marks them; common.lua, state_get), and every
@@ -226,12 +253,7 @@ func TestBatchStateCache(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv)
 	ctx := context.Background()
-	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
-	s := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix("sc"))
-	alone := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix("sc1"))
-	if err := s.Preload(ctx); err != nil {
-		t.Fatal(err)
-	}
+	clock, s, alone := cacheStores(t, c, "sc")
 	pols := []floodgate.Policy{
 		{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, Align: floodgate.AlignFirst},
 		{Name: "gc", Algorithm: floodgate.GCRA, Max: 5, Window: time.Hour, Burst: 5},
@@ -270,13 +292,7 @@ func TestBatchStateCache(t *testing.T) {
 	}
 	compare := func(reqs []floodgate.Request, out []storekit.Outcome) {
 		t.Helper()
-		for i, req := range reqs {
-			d, err := alone.Take(ctx, req)
-			if out[i].Decision != d || out[i].Err != err {
-				t.Errorf("decision #%d (%s, %s, n %d, peek %v): %+v (err %v) in the batch, %+v (err %v) one by one",
-					i, req.Policy.Name, req.Key, req.N, req.Peek, out[i].Decision, out[i].Err, d, err)
-			}
-		}
+		sameAlone(t, alone, reqs, out)
 		for i := range pols {
 			for _, key := range []string{"hot", "cold"} {
 				b, a := stateKey("sc", i, key), stateKey("sc1", i, key)
@@ -349,12 +365,7 @@ func TestBatchStateCacheExisting(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := client(t, srv)
 	ctx := context.Background()
-	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
-	s := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix("se"))
-	alone := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix("se1"))
-	if err := s.Preload(ctx); err != nil {
-		t.Fatal(err)
-	}
+	clock, s, alone := cacheStores(t, c, "se")
 	fw := floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, Align: floodgate.AlignFirst}
 	tb := floodgate.Policy{Name: "tb", Algorithm: floodgate.TokenBucket, Max: 5, Window: time.Hour, Burst: 5}
 	for _, st := range []*redisstore.Store{s, alone} {
@@ -381,13 +392,7 @@ func TestBatchStateCacheExisting(t *testing.T) {
 	if n := srv.Calls(t, "set") - sets; n != 3 {
 		t.Errorf("%d decisions on 3 keys wrote a state %d times (SET), want 3", len(reqs), n)
 	}
-	for i, req := range reqs {
-		d, err := alone.Take(ctx, req)
-		if out[i].Decision != d || out[i].Err != err {
-			t.Errorf("decision #%d (%s, %s, n %d, peek %v): %+v (err %v) in the batch, %+v (err %v) one by one",
-				i, req.Policy.Name, req.Key, req.N, req.Peek, out[i].Decision, out[i].Err, d, err)
-		}
-	}
+	sameAlone(t, alone, reqs, out)
 	for _, k := range []string{"fw:{old}:fw", "tb:{old}:tb", "fw:{new}:fw"} {
 		b, a := "se:"+k, "se1:"+k
 		if vb, va := c.Get(ctx, b).Val(), c.Get(ctx, a).Val(); vb != va || vb == "" {

@@ -109,16 +109,17 @@ func redisClient(t testing.TB, srv *redistest.Server) *redis.Client {
 }
 
 // engineOn returns the engine of cfg deciding on store, timed by clock.
-// Unless cfg sets them, store.timeout and overload.queue_wait are a
-// minute, not 50ms and 500ms: the tests are about decisions, and a loaded
-// machine may hold a call up for seconds (the first also loads Redis's
-// library), which would hand it to the failure mode.
+// Unless cfg sets them to other values than the defaults config.Parse
+// fills in, store.timeout and overload.queue_wait are a minute, not 50ms
+// and 500ms: the tests are about decisions, and a loaded machine may hold
+// a call up for more than 50ms (the first also loads Redis's library),
+// which would hand it to the failure mode.
 func engineOn(t testing.TB, cfg *config.Config, store floodgate.Store, clock storekit.Clock) *rls.Engine {
 	t.Helper()
-	if cfg.Store.Timeout == 0 {
+	if cfg.Store.Timeout == 0 || cfg.Store.Timeout == config.DefaultTimeout {
 		cfg.Store.Timeout = time.Minute
 	}
-	if cfg.Overload.QueueWait == 0 {
+	if cfg.Overload.QueueWait == 0 || cfg.Overload.QueueWait == config.DefaultQueueWait {
 		cfg.Overload.QueueWait = time.Minute
 	}
 	svc, err := service.New(cfg, service.Options{Store: store, Clock: clock})

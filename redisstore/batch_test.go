@@ -216,18 +216,22 @@ func TestBatchReadsClockOnce(t *testing.T) {
 	}
 }
 
-// cacheStores returns a manual clock and two stores on c that read it:
-// s (prefix, its library loaded), for requests in a batch, and alone
-// (prefix + "1"), for the same requests one by one.
-func cacheStores(t *testing.T, c *redis.Client, prefix string) (*floodgatetest.ManualClock, *redisstore.Store, *redisstore.Store) {
+// cacheStores starts a server for t, runs t in parallel, and returns the
+// server, a client of it, a manual clock and two stores on the client
+// that read the clock: s (prefix, its library loaded), for requests in a
+// batch, and alone (prefix + "1"), for the same requests one by one.
+func cacheStores(t *testing.T, prefix string) (srv *redistest.Server, c *redis.Client, clock *floodgatetest.ManualClock, s, alone *redisstore.Store) {
 	t.Helper()
-	clock := floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
-	s := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix(prefix))
-	alone := newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix(prefix+"1"))
+	t.Parallel()
+	srv = redistest.StartServer(t)
+	c = client(t, srv)
+	clock = floodgatetest.NewManualClock(time.UnixMicro(floodgatetest.BaseMicros))
+	s = newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix(prefix))
+	alone = newStore(t, c, redisstore.WithClock(clock), redisstore.WithPrefix(prefix+"1"))
 	if err := s.Preload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return clock, s, alone
+	return srv, c, clock, s, alone
 }
 
 // sameAlone fails t unless each of reqs, taken one by one on alone,
@@ -249,11 +253,8 @@ func sameAlone(t *testing.T, alone *redisstore.Store, reqs []floodgate.Request, 
 // decision, the state left and its TTL are what the same requests make
 // one by one.
 func TestBatchStateCache(t *testing.T) {
-	t.Parallel()
-	srv := redistest.StartServer(t)
-	c := client(t, srv)
+	srv, c, clock, s, alone := cacheStores(t, "sc")
 	ctx := context.Background()
-	clock, s, alone := cacheStores(t, c, "sc")
 	pols := []floodgate.Policy{
 		{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, Align: floodgate.AlignFirst},
 		{Name: "gc", Algorithm: floodgate.GCRA, Max: 5, Window: time.Hour, Burst: 5},
@@ -337,13 +338,7 @@ func TestBatchStateCache(t *testing.T) {
 	roll := []floodgate.Request{{Policy: &pols[0], Key: "roll", N: 1}, {Policy: &pols[0], Key: "roll", N: 1}, {Policy: &pols[0], Key: "roll", N: 1}}
 	out = out[:len(roll)]
 	step("sc").TakeBatch(ctx, roll, out)
-	one := step("sc1")
-	for i, req := range roll {
-		d, err := one.Take(ctx, req)
-		if out[i].Decision != d || out[i].Err != err {
-			t.Errorf("roll #%d: %+v (err %v) in the batch, %+v (err %v) one by one", i, out[i].Decision, out[i].Err, d, err)
-		}
-	}
+	sameAlone(t, step("sc1"), roll, out)
 	if d := out[2].Decision; !d.Allowed || d.Remaining != 3 {
 		t.Errorf("the third add, in the new window: %+v, want allowed with 3 remaining", d)
 	}
@@ -361,11 +356,8 @@ func TestBatchStateCache(t *testing.T) {
 // one. And joinBatch marks exactly the decisions whose state is one
 // string that another decision of the call shares.
 func TestBatchStateCacheExisting(t *testing.T) {
-	t.Parallel()
-	srv := redistest.StartServer(t)
-	c := client(t, srv)
+	srv, c, clock, s, alone := cacheStores(t, "se")
 	ctx := context.Background()
-	clock, s, alone := cacheStores(t, c, "se")
 	fw := floodgate.Policy{Name: "fw", Algorithm: floodgate.FixedWindow, Max: 5, Window: time.Hour, Align: floodgate.AlignFirst}
 	tb := floodgate.Policy{Name: "tb", Algorithm: floodgate.TokenBucket, Max: 5, Window: time.Hour, Burst: 5}
 	for _, st := range []*redisstore.Store{s, alone} {

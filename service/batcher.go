@@ -47,7 +47,9 @@ import (
 // most maxQueue requests, each for at most wait; a request refused for
 // either reason was never sent (errQueueFull, errQueueWait), so the store
 // did not count it. The failure policy's timeout starts when a batch is
-// sent, never while a request queues.
+// sent, never while a request queues. One timer per batcher (expire), not
+// one per request, ends the waits that pass: the queue is in arrival
+// order, so the request at its head is always the first whose wait ends.
 type batcher struct {
 	store       *failure.Store
 	node        string // the store node ("": the store's one)
@@ -60,10 +62,12 @@ type batcher struct {
 	log         *slog.Logger // told when the store turns far or near; nil: not
 
 	mu       sync.Mutex
-	queue    []*pending
-	queued   int // requests in queue
-	inflight int // requests in flight
-	batches  int // runners: each a batch in flight, or about to take one
+	queue    []*pending  // in arrival order, so by deadline
+	sweep    *time.Timer // runs expire; nil until a request first queues
+	armed    bool        // sweep is set to fire
+	queued   int         // requests in queue
+	inflight int         // requests in flight
+	batches  int         // runners: each a batch in flight, or about to take one
 	link     link
 }
 
@@ -152,10 +156,12 @@ func (l *link) probed(now time.Time) {
 // pending is one caller's requests, decided together in one batch (a batch
 // is never split inside a caller's requests).
 type pending struct {
-	reqs []floodgate.Request
-	out  []storekit.Outcome // the batch's to write until done is closed
-	sent bool               // taken into a batch (under batcher.mu)
-	done chan struct{}
+	reqs     []floodgate.Request
+	out      []storekit.Outcome // the batch's to write until done is closed
+	sent     bool               // taken out of the queue, into a batch or by expire (under batcher.mu)
+	deadline time.Time          // when its wait in the queue ends (overload.queue_wait)
+	err      error              // errQueueWait when expire took it, read once done is closed
+	done     chan struct{}
 
 	// The request and outcome of a caller of one (doOne), held here so
 	// that its call is one allocation and a channel.
@@ -226,9 +232,13 @@ func (b *batcher) await(ctx context.Context, p *pending) error {
 		b.mu.Unlock()
 		return errQueueFull
 	}
+	p.deadline = time.Now().Add(b.wait)
 	b.queue = append(b.queue, p)
 	b.queued += len(reqs)
 	b.queuedGauge.add(len(reqs))
+	if !b.armed {
+		b.arm(b.wait)
+	}
 	if start {
 		b.batches++
 	}
@@ -236,26 +246,62 @@ func (b *batcher) await(ctx context.Context, p *pending) error {
 	if start {
 		go b.run()
 	}
-	t := time.NewTimer(b.wait)
-	defer t.Stop()
 	select {
-	case <-p.done:
-	case <-t.C:
-		if b.withdraw(p) {
-			return errQueueWait
-		}
-		<-p.done // sent: bounded by the failure policy's timeout
+	case <-p.done: // sent and answered, or expired
+		return p.err
 	case <-ctx.Done():
 		if b.withdraw(p) {
 			return ctx.Err()
 		}
 		select {
 		case <-p.done:
+			return p.err
 		default:
 			return ctx.Err()
 		}
 	}
-	return nil
+}
+
+// arm sets b's sweep to run expire after d; b.mu is held.
+func (b *batcher) arm(d time.Duration) {
+	b.armed = true
+	if b.sweep == nil {
+		b.sweep = time.AfterFunc(d, b.expire)
+		return
+	}
+	b.sweep.Reset(d)
+}
+
+// expire ends the waits that passed: the requests at the head of the
+// queue whose deadline came are taken out of it, never sent, and told
+// errQueueWait. It sets the sweep again for the new head, if any. A
+// request a batch took meanwhile is no longer in the queue, so that a
+// sweep set for it finds a later head and only sets itself again.
+func (b *batcher) expire() {
+	b.mu.Lock()
+	b.armed = false
+	now := time.Now()
+	k := 0
+	for k < len(b.queue) && !now.Before(b.queue[k].deadline) {
+		k++
+	}
+	gone := make([]*pending, k)
+	copy(gone, b.queue[:k])
+	n := 0
+	for _, p := range gone {
+		p.sent, p.err = true, errQueueWait
+		n += len(p.reqs)
+	}
+	b.queue = append(b.queue[:0], b.queue[k:]...)
+	b.queued -= n
+	b.queuedGauge.add(-n)
+	if len(b.queue) > 0 {
+		b.arm(b.queue[0].deadline.Sub(now))
+	}
+	b.mu.Unlock()
+	for _, p := range gone {
+		close(p.done)
+	}
 }
 
 // saturated reports whether requests wait behind the bound: more queue

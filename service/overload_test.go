@@ -495,6 +495,84 @@ overload: {max_inflight: 1, max_queue: 4, queue_wait: 1m}
 	}
 }
 
+// TestOverloadQueueWait: a decision that waits in the queue longer than
+// overload.queue_wait is refused with ErrOverloaded (reason queue_wait),
+// never sent, and not before its own wait passed: two callers queued
+// 100 ms apart behind a held store call each wait their whole
+// queue_wait from their own start, whatever the other's. Batched (one
+// sweep of the queue for every request) and not.
+func TestOverloadQueueWait(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(batchedName(batched), func(t *testing.T) {
+			t.Parallel()
+			m := newMem(t, storekit.SystemClock{})
+			held := &heldStore{Store: m, entered: make(chan struct{}), release: make(chan struct{})}
+			var st floodgate.Store = held
+			if batched {
+				st = heldBatchStore{held}
+			}
+			const wait = 300 * time.Millisecond
+			cfg := fmt.Sprintf(`
+policies: {fw: "fixed_window 10/1h"}
+store: {batching: %t}
+overload: {max_inflight: 1, max_queue: 4, queue_wait: %s}
+`, batched, wait)
+			rec := &overloadRecorder{}
+			svc, err := service.New(mustParse(t, cfg), service.Options{Store: st, Logger: quiet, Observer: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			held.hold.Store(true)
+			first := make(chan error, 1)
+			go func() {
+				_, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
+				first <- err
+			}()
+			<-held.entered
+			held.hold.Store(false)
+			type answer struct {
+				err  error
+				took time.Duration
+			}
+			queue := func(out chan<- answer) {
+				start := time.Now()
+				_, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
+				out <- answer{err, time.Since(start)}
+			}
+			a, b := make(chan answer, 1), make(chan answer, 1)
+			go queue(a)
+			waitFor(t, "the first caller queued", func() bool { _, q := service.Bound(svc); return q == 1 })
+			time.Sleep(wait / 3)
+			go queue(b)
+			for i, ch := range []chan answer{a, b} {
+				var got answer
+				select {
+				case got = <-ch:
+				case <-time.After(time.Minute): // a hang check
+					close(held.release)
+					t.Fatalf("queued caller %d: no answer after a minute; want ErrOverloaded after %s", i, wait)
+				}
+				if !errors.Is(got.err, service.ErrOverloaded) || got.took < wait {
+					t.Errorf("queued caller %d: %v after %s; want ErrOverloaded once its queue_wait of %s passed", i, got.err, got.took, wait)
+				}
+			}
+			if _, q := service.Bound(svc); q != 0 {
+				t.Errorf("%d queued after both waits passed; want 0", q)
+			}
+			if n := rec.reason("queue_wait/backpressure"); n != 2 {
+				t.Errorf("%d refusals counted as queue_wait; want 2", n)
+			}
+			close(held.release)
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			if d := one(t, svc, "fw", "k"); d.Degraded || d.Remaining != 8 {
+				t.Errorf("after: %v; want the store's decision, remaining 8: the refused requests were never sent", d)
+			}
+		})
+	}
+}
+
 // stalledStore is a store that, while stalled, answers no call until its
 // context ends (as a Redis that stopped answering), then fails with the
 // context's error. A stalled call first takes its turn: a value sent on

@@ -220,7 +220,7 @@ func newRig(t *testing.T, batched bool, yaml string) *rig {
 	return r
 }
 
-func newMem(t *testing.T, clock storekit.Clock) *memstore.Store {
+func newMem(t testing.TB, clock storekit.Clock) *memstore.Store {
 	t.Helper()
 	m, err := memstore.New(memstore.WithClock(clock))
 	if err != nil {
@@ -238,7 +238,7 @@ func newMem(t *testing.T, clock storekit.Clock) *memstore.Store {
 // may wait longer than 50ms for its turn, or a queued caller longer than
 // 500ms for a batch, which would hand the request to the failure mode or
 // refuse it (ErrOverloaded). A minute is only a hang check.
-func mustParse(t *testing.T, yaml string) *config.Config {
+func mustParse(t testing.TB, yaml string) *config.Config {
 	t.Helper()
 	cfg, err := parse(yaml)
 	if err != nil {

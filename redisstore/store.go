@@ -360,6 +360,7 @@ type prepared struct {
 	track   bool       // the usage hash follows the state keys
 	params  string     // args[1]: the parameters, the same for every call
 	tag     string     // the algorithm's tag: params' first field
+	peekTag string     // tag+"p": a peek's, for batch.lua
 	limits  []int64    // Decision.Limit by binding index
 	counter bool       // kept as counters (WithCounters)
 	window  int64      // a counter's window, µs
@@ -398,6 +399,7 @@ func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 	}
 	// The common fields (common.lua), then the algorithm's (its file).
 	pr.tag = tags[p.Algorithm]
+	pr.peekTag = pr.tag + "p"
 	var params []string
 	switch p.Algorithm {
 	case floodgate.FixedWindow:
@@ -557,7 +559,7 @@ func (s *Store) newCall(pr *prepared, req *floodgate.Request) (*call, error) {
 	}
 	c := &call{keys: s.keys(req.Policy, pr, req.Key, false), args: []any{pr.params, arg}, tag: pr.tag}
 	if req.Peek {
-		c.tag += "p"
+		c.tag = pr.peekTag
 	}
 	if s.scriptsOnly.Load() {
 		c.kind, c.name, c.src = evalSha, pr.scripts[mode].sha, pr.scripts[mode].src

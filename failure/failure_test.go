@@ -432,6 +432,36 @@ func TestBatchIsOneCallForTheBreaker(t *testing.T) {
 	}
 }
 
+// TestBatchCountsEachNode: a batch that spans two nodes is one call for
+// each node's breaker, failed only for the node that failed: three batches
+// of B's and A's decisions, A down, open A's breaker and leave B's closed,
+// whichever node comes first in the batch.
+func TestBatchCountsEachNode(t *testing.T) {
+	clock := floodgatetest.NewManualClock(epoch)
+	inner := newSharded(t, clock)
+	s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Open, Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Second}},
+		failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner.down.Store("A", true)
+	reqs := []floodgate.Request{{Policy: &policy, Key: "b1", N: 1}, {Policy: &policy, Key: "a1", N: 1}, {Policy: &policy, Key: "b2", N: 1}}
+	out := make([]storekit.Outcome, len(reqs))
+	for range 3 {
+		s.TakeBatch(context.Background(), reqs, out)
+		if !out[1].Decision.Degraded || out[0].Decision.Degraded || out[2].Decision.Degraded {
+			t.Fatalf("batch: %+v; want only A's decision degraded", out)
+		}
+	}
+	open := map[string]bool{}
+	for _, b := range s.Guard().Breakers() {
+		open[b.Node] = b.Open
+	}
+	if !open["A"] || open["B"] {
+		t.Errorf("breakers open: %v; want A's open and B's closed", open)
+	}
+}
+
 // hangBatchStore is a hangStore that decides batches too: each request
 // hangs until the batch's deadline.
 type hangBatchStore struct{ hangStore }

@@ -151,10 +151,14 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	if len(send) == 0 {
 		return
 	}
-	sub := make([]floodgate.Request, len(send))
-	res := make([]storekit.Outcome, len(send))
-	for j, i := range send {
-		sub[j] = reqs[i]
+	// Sent whole (the common case), the batch is decided in place: out[i]
+	// is written from res[i] only after res[i] is read.
+	sub, res := reqs, out
+	if len(send) < len(reqs) {
+		sub, res = make([]floodgate.Request, len(send)), make([]storekit.Outcome, len(send))
+		for j, i := range send {
+			sub[j] = reqs[i]
+		}
 	}
 	cctx := ctx
 	var cancel context.CancelFunc
@@ -173,10 +177,12 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 	// round trip that timed out opens no breaker on its own by counting
 	// as many failures as it carried decisions.
 	type trip struct {
+		node          string
 		failed, probe bool
 		err           error
 	}
-	var trips map[string]*trip
+	var one [1]trip // a batch's nodes are few, most often one: no map
+	trips := one[:0]
 	for j, i := range send {
 		d, err := res[j].Decision, res[j].Err
 		if err != nil && (requestError(err) || ctx.Err() != nil) {
@@ -191,13 +197,16 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		}
 		s.g.observe(opOf(&reqs[i]), nodes[i], took, err)
 		if !p.Breaker.Disabled {
-			if trips == nil {
-				trips = map[string]*trip{}
+			var tr *trip
+			for k := range trips {
+				if trips[k].node == nodes[i] {
+					tr = &trips[k]
+					break
+				}
 			}
-			tr := trips[nodes[i]]
 			if tr == nil {
-				tr = &trip{}
-				trips[nodes[i]] = tr
+				trips = append(trips, trip{node: nodes[i]})
+				tr = &trips[len(trips)-1]
 			}
 			tr.probe = tr.probe || probes[i]
 			if err != nil && !errors.Is(err, storekit.ErrFull) && !tr.failed { // see Guard.Do
@@ -214,7 +223,8 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []floodgate.Request, out []s
 		}
 		out[i] = storekit.Outcome{Decision: d}
 	}
-	for node, tr := range trips {
+	for _, tr := range trips {
+		node := tr.node
 		switch s.g.breaker(node).record(s.g.clock.Now().UnixNano(), &p.Breaker, tr.failed, tr.probe) {
 		case +1:
 			s.g.log.Warn("store failing: circuit breaker open, the failure policy decides without it",

@@ -77,17 +77,26 @@ func take(t *testing.T, s floodgate.Store, key string) floodgate.Decision {
 	return d
 }
 
-// TestBreakerPerNode: node A failing opens A's breaker only; keys of node
-// B are still decided by the store, never degraded.
-func TestBreakerPerNode(t *testing.T) {
+// nodeADown returns a sharded store whose node A is down, wrapped in the
+// failure policy of mode with a breaker that opens after 3 calls, half of
+// them failed, for a second, on a manual clock at epoch, with opts.
+func nodeADown(t *testing.T, mode failure.Mode, opts ...failure.Option) (*floodgatetest.ManualClock, *shardedStore, *failure.Store) {
+	t.Helper()
 	clock := floodgatetest.NewManualClock(epoch)
 	inner := newSharded(t, clock)
-	s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Closed, Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Second}},
-		failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler)))
+	s, err := failure.Wrap(inner, failure.Policy{Mode: mode, Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Second}},
+		append([]failure.Option{failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	inner.down.Store("A", true)
+	return clock, inner, s
+}
+
+// TestBreakerPerNode: node A failing opens A's breaker only; keys of node
+// B are still decided by the store, never degraded.
+func TestBreakerPerNode(t *testing.T) {
+	_, inner, s := nodeADown(t, failure.Closed)
 	for i := range 3 {
 		if d := take(t, s, "a1"); !d.Degraded || d.Allowed {
 			t.Fatalf("node A down, call %d: %+v", i, d)
@@ -141,15 +150,8 @@ func (l *breakerLog) BreakerChanged(node string, open bool) {
 // A's open breaker is forgotten once no call has asked for A in a
 // minute; C's keys are decided by the store at once.
 func TestBreakerForgotten(t *testing.T) {
-	clock := floodgatetest.NewManualClock(epoch)
-	inner := newSharded(t, clock)
 	obs := &breakerLog{}
-	s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Closed, Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Second}},
-		failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler)), failure.WithObserver(obs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner.down.Store("A", true)
+	clock, inner, s := nodeADown(t, failure.Closed, failure.WithObserver(obs))
 	for range 3 {
 		take(t, s, "a1")
 	}
@@ -391,14 +393,7 @@ func TestFullStoreKeepsLimits(t *testing.T) {
 // in it: a single failed batch of 50 decisions does not open a breaker
 // that needs 3 calls, while 3 failed batches do.
 func TestBatchIsOneCallForTheBreaker(t *testing.T) {
-	clock := floodgatetest.NewManualClock(epoch)
-	inner := newSharded(t, clock)
-	s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Open, Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Second}},
-		failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner.down.Store("A", true)
+	_, inner, s := nodeADown(t, failure.Open)
 	reqs := make([]floodgate.Request, 50)
 	for i := range reqs {
 		reqs[i] = floodgate.Request{Policy: &policy, Key: fmt.Sprintf("a%d", i), N: 1}
@@ -434,17 +429,11 @@ func TestBatchIsOneCallForTheBreaker(t *testing.T) {
 
 // TestBatchCountsEachNode: a batch that spans two nodes is one call for
 // each node's breaker, failed only for the node that failed: three batches
-// of B's and A's decisions, A down, open A's breaker and leave B's closed,
-// whichever node comes first in the batch.
+// of B's and A's decisions, A down, open A's breaker and leave B's closed.
+// B's decision comes first, so that counting the batch once for its first
+// node would open B's instead.
 func TestBatchCountsEachNode(t *testing.T) {
-	clock := floodgatetest.NewManualClock(epoch)
-	inner := newSharded(t, clock)
-	s, err := failure.Wrap(inner, failure.Policy{Mode: failure.Open, Breaker: failure.Breaker{MinCalls: 3, FailureRatio: 0.5, OpenFor: time.Second}},
-		failure.WithClock(clock), failure.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner.down.Store("A", true)
+	_, _, s := nodeADown(t, failure.Open)
 	reqs := []floodgate.Request{{Policy: &policy, Key: "b1", N: 1}, {Policy: &policy, Key: "a1", N: 1}, {Policy: &policy, Key: "b2", N: 1}}
 	out := make([]storekit.Outcome, len(reqs))
 	for range 3 {

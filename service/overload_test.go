@@ -432,6 +432,28 @@ func (s heldBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request,
 	takeEach(ctx, s, reqs, out)
 }
 
+// newHeld returns a heldStore over a new memory store, and the store to
+// give the service: the heldStore itself, or as a BatchStore when batched.
+func newHeld(t *testing.T, batched bool) (*heldStore, floodgate.Store) {
+	held := &heldStore{Store: newMem(t, storekit.SystemClock{}), entered: make(chan struct{}), release: make(chan struct{})}
+	if batched {
+		return held, heldBatchStore{held}
+	}
+	return held, held
+}
+
+// holdFirst starts call, waits until its store call is held, and returns
+// the channel of call's error, which comes once s.release is closed.
+// Later store calls are not held.
+func (s *heldStore) holdFirst(call func() error) <-chan error {
+	s.hold.Store(true)
+	first := make(chan error, 1)
+	go func() { first <- call() }()
+	<-s.entered
+	s.hold.Store(false)
+	return first
+}
+
 // TestOverloadCallerLeavesQueue: a caller whose context ends while its
 // decision waits in the queue gets its context's error — not a degraded
 // decision, not ErrOverloaded — and its request is never sent; the queue
@@ -439,12 +461,7 @@ func (s heldBatchStore) TakeBatch(ctx context.Context, reqs []floodgate.Request,
 func TestOverloadCallerLeavesQueue(t *testing.T) {
 	for _, batched := range []bool{false, true} {
 		t.Run(batchedName(batched), func(t *testing.T) {
-			m := newMem(t, storekit.SystemClock{})
-			held := &heldStore{Store: m, entered: make(chan struct{}), release: make(chan struct{})}
-			var st floodgate.Store = held
-			if batched {
-				st = heldBatchStore{held}
-			}
+			held, st := newHeld(t, batched)
 			cfg := fmt.Sprintf(`
 policies: {fw: "fixed_window 10/1h"}
 store: {batching: %t}
@@ -458,14 +475,10 @@ overload: {max_inflight: 1, max_queue: 4, queue_wait: 1m}
 			if got := service.BatcherQueued(svc) >= 0; got != batched {
 				t.Fatalf("batching %t, want %t", got, batched)
 			}
-			held.hold.Store(true)
-			first := make(chan error, 1)
-			go func() {
+			first := held.holdFirst(func() error {
 				_, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
-				first <- err
-			}()
-			<-held.entered
-			held.hold.Store(false)
+				return err
+			})
 			cctx, cancel := context.WithCancel(context.Background())
 			second := make(chan error, 1)
 			go func() {
@@ -505,12 +518,7 @@ func TestOverloadQueueWait(t *testing.T) {
 	for _, batched := range []bool{false, true} {
 		t.Run(batchedName(batched), func(t *testing.T) {
 			t.Parallel()
-			m := newMem(t, storekit.SystemClock{})
-			held := &heldStore{Store: m, entered: make(chan struct{}), release: make(chan struct{})}
-			var st floodgate.Store = held
-			if batched {
-				st = heldBatchStore{held}
-			}
+			held, st := newHeld(t, batched)
 			const wait = 300 * time.Millisecond
 			cfg := fmt.Sprintf(`
 policies: {fw: "fixed_window 10/1h"}
@@ -522,14 +530,10 @@ overload: {max_inflight: 1, max_queue: 4, queue_wait: %s}
 			if err != nil {
 				t.Fatal(err)
 			}
-			held.hold.Store(true)
-			first := make(chan error, 1)
-			go func() {
+			first := held.holdFirst(func() error {
 				_, err := svc.Check(context.Background(), []service.Item{{Policy: "fw", Key: "k"}})
-				first <- err
-			}()
-			<-held.entered
-			held.hold.Store(false)
+				return err
+			})
 			type answer struct {
 				err  error
 				took time.Duration
@@ -770,14 +774,10 @@ overload: {mode: %s, max_inflight: 1, max_queue: 1, queue_wait: 1m}
 				t.Fatal(err)
 			}
 			group := []service.Item{{Policy: "a", Key: "k"}, {Policy: "b", Key: "k"}}
-			held.hold.Store(true)
-			first := make(chan error, 1)
-			go func() {
+			first := held.holdFirst(func() error {
 				_, err := svc.CheckGroup(context.Background(), group, false)
-				first <- err
-			}()
-			<-held.entered
-			held.hold.Store(false)
+				return err
+			})
 			queued := make(chan error, 1)
 			go func() {
 				_, err := svc.CheckGroup(context.Background(), group, false)

@@ -107,6 +107,10 @@ type call struct {
 	// now and n are a counter's time (µs) and cost (incr, get).
 	now, n int64
 
+	// oneString: the decision's state is one string, which batch.lua's
+	// state cache serves (prepared.oneString).
+	oneString bool
+
 	// subs, when set, are the calls this one makes: in one FCALL of the
 	// library's batch function (joinBatch), whose reply is theirs, in
 	// order; or in one INCRBY of the sum of their adds to one counter

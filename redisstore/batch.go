@@ -191,7 +191,7 @@ func (s *Store) joinBatch(calls []*call) []*call {
 }
 
 // sharedStates returns how many of calls have each state key, counting
-// the decisions and peeks whose state is one string (stringStates); nil
+// the decisions and peeks whose state is one string (call.oneString); nil
 // when there are none. In a call of the batch function, those whose state
 // another's is too are sent with their key count negated: they share a
 // cache of their states for the call, so that a hot key's state is read
@@ -201,7 +201,7 @@ func (s *Store) joinBatch(calls []*call) []*call {
 func sharedStates(calls []*call) map[string]int {
 	var m map[string]int
 	for _, c := range calls {
-		if !stringStates[c.tag] {
+		if !c.oneString {
 			continue
 		}
 		if m == nil {
@@ -210,17 +210,6 @@ func sharedStates(calls []*call) map[string]int {
 		m[c.keys[0]]++
 	}
 	return m
-}
-
-// stringStates are the tags of the decisions and peeks whose state is one
-// string, which batch.lua's state cache serves: fixed_window, gcra,
-// token_bucket and ar1.
-var stringStates = map[string]bool{}
-
-func init() {
-	for _, a := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.GCRA, floodgate.TokenBucket, floodgate.AR1} {
-		stringStates[tags[a]], stringStates[tags[a]+"p"] = true, true
-	}
 }
 
 // allPeeks reports whether every call is a peek (FCALL_RO).

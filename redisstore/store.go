@@ -364,6 +364,10 @@ type prepared struct {
 	limits  []int64    // Decision.Limit by binding index
 	counter bool       // kept as counters (WithCounters)
 	window  int64      // a counter's window, µs
+
+	// oneString: the state is one string (fixed_window, gcra,
+	// token_bucket, ar1), which batch.lua's state cache serves.
+	oneString bool
 }
 
 // prepare returns what p needs for every call, validating p the first
@@ -400,6 +404,10 @@ func (s *Store) derive(p *floodgate.Policy) (*prepared, error) {
 	// The common fields (common.lua), then the algorithm's (its file).
 	pr.tag = tags[p.Algorithm]
 	pr.peekTag = pr.tag + "p"
+	switch p.Algorithm {
+	case floodgate.FixedWindow, floodgate.GCRA, floodgate.TokenBucket, floodgate.AR1:
+		pr.oneString = true
+	}
 	var params []string
 	switch p.Algorithm {
 	case floodgate.FixedWindow:
@@ -557,7 +565,7 @@ func (s *Store) newCall(pr *prepared, req *floodgate.Request) (*call, error) {
 	if req.Peek {
 		mode = 1
 	}
-	c := &call{keys: s.keys(req.Policy, pr, req.Key, false), args: []any{pr.params, arg}, tag: pr.tag}
+	c := &call{keys: s.keys(req.Policy, pr, req.Key, false), args: []any{pr.params, arg}, tag: pr.tag, oneString: pr.oneString}
 	if req.Peek {
 		c.tag = pr.peekTag
 	}

@@ -105,6 +105,12 @@ type Config struct {
 	// Info describes the target in the report; Run copies it there.
 	Info TargetInfo
 
+	// Server, when set, reads the counters of the servers the target's
+	// decisions cost, before the first request and after the last
+	// answer, for the report's Redis figures (nil: none). A failed read
+	// leaves them out with a note; it does not fail the run.
+	Server ServerStats
+
 	// Concurrency is the number of workers, and so the most requests in
 	// flight: at least 1.
 	Concurrency int
@@ -271,6 +277,9 @@ type run struct {
 	firstErr  error
 	aborted   bool
 	workers   []*worker
+
+	server    ServerCounters // Config.Server's counters before the run
+	serverErr error          // why they are missing, when they are
 }
 
 // worker is one worker's state and counters. The counters are atomic so
@@ -346,6 +355,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}()
 	}
 
+	if cfg.Server != nil {
+		r.server, r.serverErr = readServer(ctx, cfg)
+	}
 	var wg sync.WaitGroup
 	for _, w := range r.workers {
 		wg.Add(1)
@@ -364,10 +376,39 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		<-progressDone
 	}
 	rep := r.report(ctx.Err() != nil)
+	if cfg.Server != nil {
+		r.reportServer(rep)
+	}
 	if r.aborted {
 		return rep, fmt.Errorf("the first %d requests all failed; the first error: %w", abortAfter, r.firstErr)
 	}
 	return rep, nil
+}
+
+// readServer reads cfg.Server's counters within cfg.Timeout; an
+// interrupted run (ctx) still reads them.
+func readServer(ctx context.Context, cfg Config) (ServerCounters, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Timeout)
+	defer cancel()
+	return cfg.Server.Read(ctx)
+}
+
+// reportServer reads the servers' counters after the run and sets rep's
+// Redis figures, or says in a note why they are missing.
+func (r *run) reportServer(rep *Report) {
+	after, err := readServer(r.reqCtx, r.cfg)
+	switch {
+	case r.serverErr != nil:
+		err = r.serverErr
+	case err == nil && after.Servers != r.server.Servers:
+		err = fmt.Errorf("%d servers before the run and %d after (a failover or a resharding)", r.server.Servers, after.Servers)
+	}
+	if err != nil {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Redis's figures are missing: its counters could not be read: %v", err))
+		return
+	}
+	rep.Redis = redisCost(r.server, after, rep.Decisions)
+	rep.Notes = append(rep.Notes, "Redis's figures are the difference of its INFO counters before and after the run: they count everything the servers did meanwhile, other clients' commands included")
 }
 
 // pick returns the index of the next request's key.

@@ -435,11 +435,12 @@ func (s *syncBuffer) String() string {
 // documents every one, and a change here is a change of the stable
 // output.
 var schema = map[string][]string{
-	"":           {"version", "target", "workload", "interrupted", "elapsed_s", "requests", "decisions", "decisions_per_s", "allowed", "denied", "errors", "first_error", "degraded", "backpressure", "unsent", "latency_us", "accuracy", "notes"},
+	"":           {"version", "target", "workload", "interrupted", "elapsed_s", "requests", "decisions", "decisions_per_s", "allowed", "denied", "errors", "first_error", "degraded", "backpressure", "unsent", "latency_us", "accuracy", "redis", "notes"},
 	"target":     {"kind", "address", "policy_name", "policy", "domain", "descriptor"},
 	"workload":   {"mode", "concurrency", "rate", "iterations", "duration_s", "keys", "distribution", "zipf_s", "cost"},
 	"latency_us": {"min", "mean", "p50", "p90", "p99", "p999", "max"},
 	"accuracy":   {"ratio", "admitted", "ideal", "bound", "keys", "over_admitted", "over_keys", "under_admitted", "under_keys", "beyond_bound"},
+	"redis":      {"servers", "cpu_s", "cpu_us_per_decision", "decisions_per_cpu_s", "commands", "commands_per_decision", "reads", "reads_per_decision"},
 }
 
 // TestJSONSchema: the --json report has exactly the documented fields, in
@@ -473,10 +474,17 @@ func TestJSONSchema(t *testing.T) {
 		t.Errorf("notes = %v, want an empty list", m["notes"])
 	}
 
-	// Without a policy, accuracy is null.
-	rep = mustRun(t, Config{Target: newMemTarget(t, p), Concurrency: 1, Iterations: 3, Cost: 1})
+	if v, ok := m["redis"]; !ok || v != nil {
+		t.Errorf("redis = %v, want null without Config.Server", v)
+	}
+
+	// Without a policy, accuracy is null; with a Server, redis is an
+	// object.
+	rep = mustRun(t, Config{Target: newMemTarget(t, p), Concurrency: 1, Iterations: 3, Cost: 1,
+		Server: &fakeServer{step: ServerCounters{Servers: 1, CPU: time.Millisecond, Commands: 5, Reads: 2}}})
 	buf.Reset()
 	rep.WriteJSON(&buf)
+	checkObject(t, buf.Bytes(), "")
 	json.Unmarshal(buf.Bytes(), &m)
 	if v, ok := m["accuracy"]; !ok || v != nil {
 		t.Errorf("accuracy = %v, want null without a policy", v)
@@ -569,5 +577,95 @@ func TestBackpressureCounted(t *testing.T) {
 	rep.WriteText(&buf)
 	if !strings.Contains(buf.String(), "backpressure 100") {
 		t.Errorf("the text report does not show the backpressure answers:\n%s", buf.String())
+	}
+}
+
+// fakeServer is a ServerStats whose counters grow by step at each Read,
+// or that fails with err; servers, when set, are the Servers of the
+// second Read on.
+type fakeServer struct {
+	step    ServerCounters
+	now     ServerCounters
+	err     error
+	servers int
+	n       int
+}
+
+func (f *fakeServer) Read(context.Context) (ServerCounters, error) {
+	if f.err != nil {
+		return ServerCounters{}, f.err
+	}
+	f.n++
+	f.now.Servers = f.step.Servers
+	if f.n > 1 && f.servers > 0 {
+		f.now.Servers = f.servers
+	}
+	f.now.CPU += f.step.CPU
+	f.now.Commands += f.step.Commands
+	if f.step.Reads < 0 {
+		f.now.Reads = -1
+	} else {
+		f.now.Reads += f.step.Reads
+	}
+	return f.now, nil
+}
+
+// TestRedisCost: the report's Redis figures are the difference of the
+// server's counters from before the run to after it, per decision; reads
+// the server does not report are null; a failed read, or a different
+// number of servers after the run, leaves the figures out with a note
+// that says why, and the run stands.
+func TestRedisCost(t *testing.T) {
+	p := mustPolicy(t, "gcra 1000/1s burst 1000")
+	run := func(srv ServerStats) *Report {
+		return mustRun(t, Config{Target: newMemTarget(t, p), Policy: p, Concurrency: 2, Iterations: 50, Cost: 1, Server: srv})
+	}
+	rep := run(&fakeServer{step: ServerCounters{Servers: 3, CPU: 2 * time.Millisecond, Commands: 250, Reads: 100}})
+	c := rep.Redis
+	if rep.Decisions != 100 || c == nil || c.Servers != 3 || c.CPUSeconds != 0.002 || c.CPUPerDecision != 20 || c.DecisionsPerCPUSecond != 50000 ||
+		c.Commands != 250 || c.CommandsPerDecision != 2.5 || c.Reads == nil || *c.Reads != 100 || *c.ReadsPerDecision != 1 {
+		t.Fatalf("decisions %d, redis %+v: want 3 servers, 20 µs, 50,000 a core-second, 2.5 commands and 1 read a decision", rep.Decisions, c)
+	}
+	var buf bytes.Buffer
+	rep.WriteText(&buf)
+	if want := "redis      cpu 20.00 µs/decision (one core: 50,000 decisions/s)   commands 2.50/decision   reads 1.00/decision   (3 servers)"; !strings.Contains(buf.String(), want) {
+		t.Errorf("text report:\n%s\nwant the line %q", buf.String(), want)
+	}
+
+	if c := run(&fakeServer{step: ServerCounters{Servers: 1, CPU: time.Millisecond, Commands: 100, Reads: -1}}).Redis; c == nil || c.Reads != nil || c.ReadsPerDecision != nil || c.CommandsPerDecision != 1 {
+		t.Errorf("reads unknown: redis %+v, want null reads", c)
+	}
+	for _, f := range []struct {
+		srv  *fakeServer
+		want string
+	}{
+		{&fakeServer{err: errors.New("NOPERM no INFO")}, "its counters could not be read: NOPERM no INFO"},
+		{&fakeServer{step: ServerCounters{Servers: 3}, servers: 2}, "3 servers before the run and 2 after"},
+	} {
+		rep := run(f.srv)
+		if rep.Redis != nil || rep.Decisions != 100 || !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, f.want) }) {
+			t.Errorf("redis %+v, decisions %d, notes %q: want no figures, the run, and a note with %q", rep.Redis, rep.Decisions, rep.Notes, f.want)
+		}
+	}
+}
+
+// TestParseInfo: the counters of a Redis 7 INFO reply, CPU summed; reads
+// unknown when a server does not report them; a reply without the CPU or
+// the commands is an error.
+func TestParseInfo(t *testing.T) {
+	info := "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:1234\r\ntotal_reads_processed:456\r\n\r\n# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:0.500001\r\nused_cpu_sys_children:9.000000\r\n"
+	c, err := parseInfo(info)
+	if err != nil || c != (ServerCounters{Servers: 1, CPU: 1750001 * time.Microsecond, Commands: 1234, Reads: 456}) {
+		t.Errorf("parseInfo = %+v, %v", c, err)
+	}
+	c, err = parseInfo(strings.Replace(info, "total_reads_processed:456\r\n", "", 1))
+	if err != nil || c.Reads != -1 {
+		t.Errorf("without reads: %+v, %v; want reads -1", c, err)
+	}
+	if _, err := parseInfo(strings.Replace(info, "used_cpu_user", "x", 1)); err == nil {
+		t.Error("without used_cpu_user: no error")
+	}
+	if _, err := parseInfo(strings.Replace(info, "1234", "12x", 1)); err == nil || !strings.Contains(err.Error(), "total_commands_processed") {
+		t.Errorf("a bad count: %v, want an error naming it", err)
 	}
 }

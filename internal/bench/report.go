@@ -61,6 +61,10 @@ type Report struct {
 	// Accuracy is nil when the policy is unknown.
 	Accuracy *Accuracy `json:"accuracy"`
 
+	// Redis is what the run cost the Redis servers (Config.Server), nil
+	// when not measured.
+	Redis *RedisCost `json:"redis"`
+
 	// Notes are remarks on how to read the figures (never null).
 	Notes []string `json:"notes"`
 }
@@ -80,6 +84,62 @@ type Workload struct {
 	Distribution string  `json:"distribution"`
 	ZipfS        float64 `json:"zipf_s"`
 	Cost         int64   `json:"cost"`
+}
+
+// RedisCost is what a run cost Redis: the difference of the servers'
+// INFO counters from before the first request to after the last answer,
+// divided by the decisions. INFO counts everything the servers did
+// meanwhile: every client's commands (a service's health checks, other
+// traffic), new connections' handshakes, and the servers' own periodic
+// work.
+type RedisCost struct {
+	// Servers is how many servers were read: 1, or a Cluster's masters.
+	Servers int `json:"servers"`
+	// CPUSeconds is the servers' CPU time over the run, user and system.
+	CPUSeconds float64 `json:"cpu_s"`
+	// CPUPerDecision is CPUSeconds over the decisions, in µs; 0 when no
+	// request was decided.
+	CPUPerDecision float64 `json:"cpu_us_per_decision"`
+	// DecisionsPerCPUSecond is 10^6 / CPUPerDecision: the decisions one
+	// core of Redis could make a second at this cost; 0 when unknown.
+	DecisionsPerCPUSecond float64 `json:"decisions_per_cpu_s"`
+	// Commands counts the commands processed over the run.
+	Commands int64 `json:"commands"`
+	// CommandsPerDecision is Commands over the decisions.
+	CommandsPerDecision float64 `json:"commands_per_decision"`
+	// Reads counts the servers' reads from client sockets (a pipelined
+	// batch is often one), nil when the servers do not report them
+	// (Redis before 6.0).
+	Reads *int64 `json:"reads"`
+	// ReadsPerDecision is Reads over the decisions, nil when Reads is.
+	ReadsPerDecision *float64 `json:"reads_per_decision"`
+}
+
+// redisCost is the cost between two reads of the servers' counters, for
+// decisions decisions.
+func redisCost(before, after ServerCounters, decisions int64) *RedisCost {
+	c := &RedisCost{
+		Servers:    after.Servers,
+		CPUSeconds: math.Round((after.CPU-before.CPU).Seconds()*1e6) / 1e6,
+		Commands:   after.Commands - before.Commands,
+	}
+	if before.Reads >= 0 && after.Reads >= 0 {
+		n := after.Reads - before.Reads
+		c.Reads = &n
+	}
+	if decisions > 0 {
+		per := func(v float64) float64 { return math.Round(v/float64(decisions)*100) / 100 }
+		c.CPUPerDecision = per(float64(after.CPU-before.CPU) / 1e3)
+		if c.CPUPerDecision > 0 {
+			c.DecisionsPerCPUSecond = math.Round(1e6 / (float64(after.CPU-before.CPU) / 1e3 / float64(decisions)))
+		}
+		c.CommandsPerDecision = per(float64(c.Commands))
+		if c.Reads != nil {
+			r := per(float64(*c.Reads))
+			c.ReadsPerDecision = &r
+		}
+	}
+	return c
 }
 
 // Latency is a latency distribution in µs.
@@ -244,6 +304,25 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 	} else {
 		fmt.Fprintln(w, "  accuracy   unknown (the policy is not known)")
+	}
+	if c := rep.Redis; c != nil {
+		servers := "1 server"
+		if c.Servers != 1 {
+			servers = fmt.Sprintf("%d servers", c.Servers)
+		}
+		if rep.Decisions == 0 {
+			fmt.Fprintf(w, "  redis      cpu %.6f s   commands %d   (%s; no decision to divide by)\n", c.CPUSeconds, c.Commands, servers)
+		} else {
+			fmt.Fprintf(w, "  redis      cpu %.2f µs/decision", c.CPUPerDecision)
+			if c.DecisionsPerCPUSecond > 0 {
+				fmt.Fprintf(w, " (one core: %s decisions/s)", formatCount(c.DecisionsPerCPUSecond))
+			}
+			fmt.Fprintf(w, "   commands %.2f/decision", c.CommandsPerDecision)
+			if c.ReadsPerDecision != nil {
+				fmt.Fprintf(w, "   reads %.2f/decision", *c.ReadsPerDecision)
+			}
+			fmt.Fprintf(w, "   (%s)\n", servers)
+		}
 	}
 	if rep.FirstError != "" {
 		fmt.Fprintf(w, "  first error: %s\n", rep.FirstError)

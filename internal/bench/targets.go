@@ -59,10 +59,76 @@ type RedisTarget struct {
 // that says which. Keys are written under RedisPrefix with their
 // algorithm's TTL, as the service writes its own.
 func OpenRedis(ctx context.Context, o RedisOptions, p *floodgate.Policy) (*RedisTarget, error) {
-	timeout := o.Timeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
+	client, err := dialRedis(ctx, o)
+	if err != nil {
+		return nil, err
 	}
+	store, err := redisstore.New(client, redisstore.WithPrefix(RedisPrefix))
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, o.timeout())
+	defer cancel()
+	if err := store.Preload(pctx); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("Redis at %s: %w", o.where(), err)
+	}
+	return &RedisTarget{client: client, store: store, policy: p}, nil
+}
+
+// Stats returns a reader of the INFO of the target's server, or of its
+// Cluster's masters (Config.Server).
+func (t *RedisTarget) Stats() *RedisStats { return NewRedisStats(t.client) }
+
+// OpenRedisStats connects to Redis and reads its INFO once, so that a
+// wrong address, a wrong password or a user without the INFO command
+// fails here, at once, with a message that says which. It returns the
+// reader and the client to close after the run.
+func OpenRedisStats(ctx context.Context, o RedisOptions) (*RedisStats, io.Closer, error) {
+	client, err := dialRedis(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := NewRedisStats(client)
+	if err := CheckStats(ctx, st, o); err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return st, client, nil
+}
+
+// CheckStats reads st once, within o's timeout, and explains a failure
+// as a first contact with the Redis of o.
+func CheckStats(ctx context.Context, st *RedisStats, o RedisOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout())
+	defer cancel()
+	_, err := st.Read(ctx)
+	if err != nil && strings.Contains(err.Error(), "NOPERM") {
+		who := "the default user"
+		if o.Username != "" {
+			who = "user " + strconv.Quote(o.Username)
+		}
+		return fmt.Errorf("Redis at %s: %s may not run INFO, which --redis-stats reads (%v): grant it +info, or give --redis-stats=false", o.where(), who, err)
+	}
+	if err != nil {
+		return redisError(o, err)
+	}
+	return nil
+}
+
+// timeout is o.Timeout, or 5 s when unset.
+func (o *RedisOptions) timeout() time.Duration {
+	if o.Timeout <= 0 {
+		return 5 * time.Second
+	}
+	return o.Timeout
+}
+
+// dialRedis returns a client of the Redis o names, once it answered a
+// PING.
+func dialRedis(ctx context.Context, o RedisOptions) (redis.UniversalClient, error) {
+	timeout := o.timeout()
 	// MaxRetries -1: a script call that may have run is never sent again
 	// (it would count twice); ContextTimeoutEnabled: the request's
 	// context bounds every call (redisstore's package documentation);
@@ -91,16 +157,7 @@ func OpenRedis(ctx context.Context, o RedisOptions, p *floodgate.Policy) (*Redis
 		client.Close()
 		return nil, redisError(o, err)
 	}
-	store, err := redisstore.New(client, redisstore.WithPrefix(RedisPrefix))
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
-	if err := store.Preload(pctx); err != nil {
-		client.Close()
-		return nil, fmt.Errorf("Redis at %s: %w", o.where(), err)
-	}
-	return &RedisTarget{client: client, store: store, policy: p}, nil
+	return client, nil
 }
 
 // where names the server, or the cluster's seed nodes.

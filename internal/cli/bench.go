@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"slices"
@@ -58,7 +59,7 @@ type benchFlags struct {
 	duration, timeout, every        time.Duration
 	rate, zipfS                     float64
 	dist, progress                  string
-	json                            bool
+	json, redisStats                bool
 }
 
 const benchAbout = `Sends load to a rate limiter and reports decisions/s, latency (p50 to
@@ -81,6 +82,11 @@ Targets:
          descriptor of --descriptor entries; the entry given as KEY alone
          takes each request's key as its value.
 For http and grpc the policy is the service's, read from GET /v1/policies.
+
+With --target redis the report also says what the run cost Redis: its CPU
+time, commands and socket reads a decision, from INFO before and after the
+run (every client's work counts). --redis-stats reads the same of the
+service's Redis for http and grpc.
 
 Without --keys every worker has a key of its own, as the seed's load
 generator did. Closed loop by default; --rate sends arrivals at a fixed
@@ -126,6 +132,7 @@ func (e *environ) bench(args []string) int {
 	fs.Int64Var(&f.cost, "cost", 1, "the `units` each request costs")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long one request may take")
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON (docs/bench.md gives the schema)")
+	fs.BoolVar(&f.redisStats, "redis-stats", false, "report what the run cost Redis (CPU, commands and reads a decision, from its INFO before and after the run): on by default with --target redis (--redis-stats=false turns it off); with http or grpc, of the service's Redis, named as for the redis target (--host and --port, or --redis-cluster; --user, --password)")
 	fs.StringVar(&f.progress, "progress", "auto", "progress `mode` on stderr: auto (a line redrawn on a terminal, else plain lines), tty, lines or off")
 	fs.DurationVar(&f.every, "progress-every", time.Second, "how often a progress line is printed when not on a terminal")
 	// The seed generator's short flags (its --help: -p, -u, -P, -c, -i,
@@ -153,6 +160,17 @@ func (e *environ) bench(args []string) int {
 	}
 	defer target.Close()
 	cfg.Target, cfg.Info, cfg.Policy = target, info, policy
+	server, closeServer, note, code := e.benchServer(&f, set, target)
+	if code >= 0 {
+		return code
+	}
+	if closeServer != nil {
+		defer closeServer.Close()
+	}
+	if note != "" {
+		notes = append(notes, note)
+	}
+	cfg.Server = server
 	if cfg.Distribution == bench.PerWorker && info.Kind == "grpc" && !takesKey(f.descriptor) {
 		return e.usageErr("--descriptor: no entry takes the request's key (give one as KEY alone), so every request counts under one key: add --keys 1")
 	}
@@ -260,9 +278,77 @@ func (e *environ) benchConfig(f *benchFlags, set map[string]bool) (bench.Config,
 	return cfg, -1
 }
 
-// redisOnly are the flags that only the redis target reads.
-var redisOnly = []string{"host", "port", "user", "password", "redis-cluster", "policy", "algorithm", "threshold", "limit", "window",
+// redisConn are the flags that name a Redis: the redis target's, or the
+// service's with --redis-stats.
+var redisConn = []string{"host", "port", "user", "password", "redis-cluster"}
+
+// redisPolicy are the flags that only the redis target reads.
+var redisPolicy = []string{"policy", "algorithm", "threshold", "limit", "window",
 	"burst", "resolution", "min-interval", "decay", "align"}
+
+// benchServer returns the reader of Redis's counters for the run's Redis
+// figures (nil: none) and what to close after the run: the redis
+// target's own client, unless --redis-stats=false; with http or grpc,
+// the Redis --redis-stats and the connection flags name. A redis target
+// whose user may not run INFO runs without the figures, with a note,
+// unless --redis-stats was asked for.
+func (e *environ) benchServer(f *benchFlags, set map[string]bool, target bench.Target) (bench.ServerStats, io.Closer, string, int) {
+	if f.target == "redis" {
+		if set["redis-stats"] && !f.redisStats {
+			return nil, nil, "", -1
+		}
+		o, _ := e.redisOptions(f, set, 1) // checked by benchTarget
+		st := target.(*bench.RedisTarget).Stats()
+		if err := bench.CheckStats(e.ctx, st, o); err != nil {
+			if set["redis-stats"] {
+				return nil, nil, "", e.errorf("bench: %v", err)
+			}
+			return nil, nil, fmt.Sprintf("Redis's figures are missing: %v", err), -1
+		}
+		return st, nil, "", -1
+	}
+	if !f.redisStats {
+		return nil, nil, "", -1
+	}
+	o, code := e.redisOptions(f, set, 1)
+	if code >= 0 {
+		return nil, nil, "", code
+	}
+	redis.SetLogger(discardRedisLog{})
+	st, c, err := bench.OpenRedisStats(e.ctx, o)
+	if err != nil {
+		return nil, nil, "", e.errorf("bench: --redis-stats: %v", err)
+	}
+	return st, c, "", -1
+}
+
+// redisOptions reads the flags that name a Redis: --host and --port, or
+// --redis-cluster; --user, --password. pool is the connections' pool size
+// (a Cluster's: per master).
+func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (bench.RedisOptions, int) {
+	o := bench.RedisOptions{Username: f.user, Password: f.password, Timeout: f.timeout, PoolSize: pool}
+	if set["redis-cluster"] {
+		if set["host"] || set["port"] {
+			return o, e.usageErr("give --redis-cluster, or --host and --port, not both")
+		}
+		for _, a := range strings.Split(f.redisCluster, ",") {
+			a = strings.TrimSpace(a)
+			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+				return o, e.usageErr("--redis-cluster %q: want host:port seed nodes, comma separated", f.redisCluster)
+			}
+			o.ClusterAddrs = append(o.ClusterAddrs, a)
+		}
+		return o, -1
+	}
+	if f.port < 1 || f.port > 65535 {
+		return o, e.usageErr("--port %d: want 1 to 65535", f.port)
+	}
+	if f.host == "" {
+		return o, e.usageErr("--host: want a host name or address")
+	}
+	o.Addr = net.JoinHostPort(f.host, strconv.Itoa(f.port))
+	return o, -1
+}
 
 // benchTarget opens the target the flags name and finds its policy.
 func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (bench.Target, bench.TargetInfo, *floodgate.Policy, []string, int) {
@@ -272,6 +358,14 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		for _, n := range names {
 			if set[n] {
 				return e.usageErr("--%s applies to another target, not --target %s", n, target)
+			}
+		}
+		if target == "redis" || f.redisStats {
+			return -1
+		}
+		for _, n := range redisConn {
+			if set[n] {
+				return e.usageErr("--%s names the Redis of --target redis, or the service's Redis with --redis-stats: add --redis-stats to read what the run costs it", n)
 			}
 		}
 		return -1
@@ -285,26 +379,9 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		if code >= 0 {
 			return nil, info, nil, nil, code
 		}
-		o := bench.RedisOptions{Username: f.user, Password: f.password, Timeout: f.timeout, PoolSize: conc + 1}
-		if set["redis-cluster"] {
-			if set["host"] || set["port"] {
-				return nil, info, nil, nil, e.usageErr("give --redis-cluster, or --host and --port, not both")
-			}
-			for _, a := range strings.Split(f.redisCluster, ",") {
-				a = strings.TrimSpace(a)
-				if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-					return nil, info, nil, nil, e.usageErr("--redis-cluster %q: want host:port seed nodes, comma separated", f.redisCluster)
-				}
-				o.ClusterAddrs = append(o.ClusterAddrs, a)
-			}
-		} else {
-			if f.port < 1 || f.port > 65535 {
-				return nil, info, nil, nil, e.usageErr("--port %d: want 1 to 65535", f.port)
-			}
-			if f.host == "" {
-				return nil, info, nil, nil, e.usageErr("--host: want a host name or address")
-			}
-			o.Addr = net.JoinHostPort(f.host, strconv.Itoa(f.port))
+		o, code := e.redisOptions(f, set, conc+1)
+		if code >= 0 {
+			return nil, info, nil, nil, code
 		}
 		// go-redis logs failed dials itself; the error below says it all.
 		redis.SetLogger(discardRedisLog{})
@@ -320,7 +397,7 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		return t, info, p, notes, -1
 
 	case "http":
-		if code := only("http", append(redisOnly, "addr", "domain", "descriptor")...); code >= 0 {
+		if code := only("http", append(redisPolicy, "addr", "domain", "descriptor")...); code >= 0 {
 			return nil, info, nil, nil, code
 		}
 		if f.policyName == "" {
@@ -343,7 +420,7 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		return t, info, p, notes, -1
 
 	case "grpc":
-		if code := only("grpc", append(redisOnly, "policy-name")...); code >= 0 {
+		if code := only("grpc", append(redisPolicy, "policy-name")...); code >= 0 {
 			return nil, info, nil, nil, code
 		}
 		if f.domain == "" {

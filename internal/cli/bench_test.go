@@ -2,9 +2,11 @@ package cli_test
 
 import (
 	"encoding/json"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +25,17 @@ type benchReport struct {
 		Over                   int64 `json:"over_admitted"`
 		Under                  int64 `json:"under_admitted"`
 	}
+	Redis *struct {
+		Servers             int
+		CPU                 float64 `json:"cpu_s"`
+		CPUPerDecision      float64 `json:"cpu_us_per_decision"`
+		DecisionsPerCPU     float64 `json:"decisions_per_cpu_s"`
+		Commands            int64
+		CommandsPerDecision float64 `json:"commands_per_decision"`
+		Reads               *int64
+		ReadsPerDecision    *float64 `json:"reads_per_decision"`
+	}
+	Notes []string
 }
 
 func benchJSON(t *testing.T, env map[string]string, args ...string) benchReport {
@@ -170,6 +183,9 @@ func TestBenchRedisCluster(t *testing.T) {
 	if rep.Decisions != 1800 || rep.Allowed > 6*200 {
 		t.Errorf("cluster: decisions %d, allowed %d: want 1,800, at most 100 per key per minute", rep.Decisions, rep.Allowed)
 	}
+	if r := rep.Redis; r == nil || r.Servers != 3 || r.Commands < rep.Decisions || r.CPU <= 0 {
+		t.Errorf("cluster: redis %+v: want the INFO of 3 masters, at least a command and some CPU a decision", r)
+	}
 	srv := redistest.StartServer(t, redistest.WithUser("bench", "s3cret-bench"))
 	rep = benchJSON(t, nil, "-H", "127.0.0.1", "-p", strconv.Itoa(srv.Port), "-u", "bench", "-P", "s3cret-bench", "-c", "2", "-i", "250", "-t", "100")
 	wantExact(t, rep, "standalone with short flags", true) // 250 a key on 100 a minute
@@ -182,7 +198,8 @@ func TestBenchRedisCluster(t *testing.T) {
 	}{
 		{[]string{"--redis-cluster", cl.Addrs[0], "-p", "7000"}, "give --redis-cluster, or --host and --port, not both"},
 		{[]string{"--redis-cluster", "nohost"}, "want host:port seed nodes"},
-		{[]string{"--target", "http", "--redis-cluster", cl.Addrs[0], "--policy-name", "x"}, "--redis-cluster applies to another target"},
+		{[]string{"--target", "http", "--redis-cluster", cl.Addrs[0], "--policy-name", "x"}, "--redis-cluster names the Redis of --target redis, or the service's Redis with --redis-stats"},
+		{[]string{"--target", "http", "--redis-stats", "--policy", "gcra 1/1s", "--policy-name", "x"}, "--policy applies to another target"},
 	} {
 		if code, _, errOut := run(t, nil, append([]string{"bench", "--iterations", "1"}, c.args...)...); code != 2 || !strings.Contains(errOut, c.want) {
 			t.Errorf("bench %v: exit %d, %q; want 2 and %q", c.args, code, errOut, c.want)
@@ -190,5 +207,58 @@ func TestBenchRedisCluster(t *testing.T) {
 	}
 	if code, out, _ := run(t, nil, "bench", "--help"); code != 0 || !strings.Contains(out, "-c, --concurrency") || !strings.Contains(out, "-P, --password") || strings.Contains(out, "--c ") {
 		t.Errorf("bench --help: exit %d\n%s", code, out)
+	}
+}
+
+// TestBenchRedisStats: the report says what a run cost Redis, from its
+// INFO before and after the run. Against the redis target with one worker
+// (one connection, one request at a time) every decision is one read of
+// the server's, exactly, the bench's own INFO left out; the function runs
+// commands of its own (counted too), and takes CPU. --redis-stats=false
+// leaves the figures out. A user that may not run INFO gets the run
+// without them and a note, or, when --redis-stats was asked for, an error
+// that says what to grant. With the http target, --redis-stats reads the
+// service's Redis.
+func TestBenchRedisStats(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	port := strconv.Itoa(srv.Port)
+	rep := benchJSON(t, nil, "-p", port, "-c", "1", "-i", "200", "-t", "100")
+	wantExact(t, rep, "one worker", true)
+	r := rep.Redis
+	if r == nil || r.Servers != 1 || r.Reads == nil || *r.Reads != rep.Decisions || *r.ReadsPerDecision != 1 ||
+		r.Commands < 2*rep.Decisions || r.CPU <= 0 || r.CPUPerDecision <= 0 || r.DecisionsPerCPU <= 0 {
+		t.Fatalf("redis %+v, decisions %d: want 1 server, one read a decision exactly, a function's commands and CPU", r, rep.Decisions)
+	}
+	if per := r.CPU * 1e6 / float64(rep.Decisions); math.Abs(per-r.CPUPerDecision) > 0.01 || math.Abs(1e6/per-r.DecisionsPerCPU) > 1 {
+		t.Errorf("cpu %v s for %d decisions: %v µs and %v a core-second, want %.2f and %.0f", r.CPU, rep.Decisions, r.CPUPerDecision, r.DecisionsPerCPU, per, 1e6/per)
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "other clients' commands included") }) {
+		t.Errorf("notes %q: want the one that says what INFO counts", rep.Notes)
+	}
+	if rep := benchJSON(t, nil, "-p", port, "-i", "10", "--redis-stats=false"); rep.Redis != nil {
+		t.Errorf("--redis-stats=false: redis %+v, want null", rep.Redis)
+	}
+
+	if _, err := srv.Do(t, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info"); err != nil {
+		t.Fatal(err)
+	}
+	rep = benchJSON(t, nil, "-p", port, "-u", "noinfo", "-P", "pw", "-i", "10")
+	if rep.Redis != nil || rep.Decisions != 40 || !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, `user "noinfo" may not run INFO`) }) {
+		t.Errorf("a user without INFO: redis %+v, decisions %d, notes %q: want the run, no figures, and a note", rep.Redis, rep.Decisions, rep.Notes)
+	}
+	code, out, errOut := run(t, nil, "bench", "-p", port, "-u", "noinfo", "-P", "pw", "-i", "10", "--redis-stats")
+	if code != 1 || out != "" || !strings.Contains(errOut, "may not run INFO") || !strings.Contains(errOut, "grant it +info") {
+		t.Errorf("--redis-stats, a user without INFO: exit %d, stdout %q, stderr %q; want 1 and what to grant", code, out, errOut)
+	}
+
+	conf := writeFile(t, "floodgate.yaml", "policies:\n  roomy: \"gcra 1000000/1s burst 1000000\"\n")
+	httpAddr := serving(t, nil, "--config", filepath.Dir(conf), "--redis", "redis://"+srv.Addr)
+	rep = benchJSON(t, nil, "--target", "http", "--url", httpAddr, "--policy-name", "roomy", "-c", "2", "-i", "100", "--redis-stats", "-p", port)
+	if r := rep.Redis; r == nil || r.Servers != 1 || rep.Allowed != 200 || r.Commands < rep.Decisions || r.CPU <= 0 {
+		t.Errorf("http --redis-stats: allowed %d, redis %+v: want 200 allowed, each at least a command in the service's Redis", rep.Allowed, r)
+	}
+	if code, _, errOut := run(t, nil, "bench", "--target", "http", "--url", httpAddr, "--policy-name", "roomy", "-i", "1", "--redis-stats", "-p", "1"); code != 1 || !strings.Contains(errOut, "--redis-stats") || !strings.Contains(errOut, "cannot reach Redis at 127.0.0.1:1") {
+		t.Errorf("--redis-stats to a closed port: exit %d, %q; want 1, naming the flag and the address", code, errOut)
 	}
 }

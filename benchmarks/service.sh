@@ -73,6 +73,9 @@ for store in $STORES; do
 			--pidfile "$work/redis.pid" --logfile "$work/redis.log"
 		sleep 0.5
 		args=(--redis "redis://127.0.0.1:$rport")
+		stats=(--redis-stats -p "$rport") # what each decision cost Redis, from its INFO
+	else
+		stats=()
 	fi
 	hport=$(freeport); gport=$(freeport)
 	"$fg" serve --config "$work/config" --http "127.0.0.1:$hport" --grpc "127.0.0.1:$gport" "${args[@]}" \
@@ -92,9 +95,9 @@ for store in $STORES; do
 				low) m=(--concurrency "$OPEN_WORKERS" --rate "$OPEN_LOW") ;;
 				high) m=(--concurrency "$OPEN_WORKERS" --rate "$OPEN_HIGH") ;;
 				esac
-				cmd=(floodgate bench "${t[@]}" --keys "$keys" "${m[@]}" --duration "$DURATION" --json)
+				cmd=(floodgate bench "${t[@]}" --keys "$keys" "${m[@]}" --duration "$DURATION" "${stats[@]}" --json)
 				echo "store=$store ${cmd[*]}" >&2
-				"$fg" bench "${t[@]}" --keys "$keys" "${m[@]}" --duration "$DURATION" --json --progress off \
+				"$fg" bench "${t[@]}" --keys "$keys" "${m[@]}" --duration "$DURATION" "${stats[@]}" --json --progress off \
 					| jq -c --arg store "$store" --arg cmd "${cmd[*]}" '{store: $store, cmd: $cmd, report: .}' \
 					>> "$out/service.json" || true
 			done
@@ -126,10 +129,10 @@ if [ "$SATURATE" -gt 0 ]; then
 		i=0
 		for batching in true false; do
 			hport=${ports[$i]}; i=$((i + 1))
-			cmd=(floodgate bench --target http --url "127.0.0.1:$hport" --policy-name load --keys 1 --concurrency "$SATURATE" --duration "$SAT_DURATION" --json)
+			cmd=(floodgate bench --target http --url "127.0.0.1:$hport" --policy-name load --keys 1 --concurrency "$SATURATE" --duration "$SAT_DURATION" --redis-stats -p "$rport" --json)
 			echo "saturate pass $pass batching=$batching ${cmd[*]}" >&2
 			"$fg" bench --target http --url "127.0.0.1:$hport" --policy-name load --keys 1 --concurrency "$SATURATE" \
-				--duration "$SAT_DURATION" --json --progress off \
+				--duration "$SAT_DURATION" --redis-stats -p "$rport" --json --progress off \
 				| jq -c --arg b "$batching" --arg pass "$pass" --arg cmd "${cmd[*]}" '{batching: $b, pass: $pass, cmd: $cmd, report: .}' \
 				>> "$out/saturate.json" || true
 		done
@@ -137,14 +140,15 @@ if [ "$SATURATE" -gt 0 ]; then
 	kill "$(cat "$work/redis.pid")"; rm -f "$work/redis.pid"
 fi
 {
-	echo "| store | target | keys | loop | decisions/s | p50 | p99 | p99.9 | max | unsent | degraded | backpressure | accuracy |"
-	echo "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+	echo "| store | target | keys | loop | decisions/s | p50 | p99 | p99.9 | max | unsent | degraded | backpressure | accuracy | Redis CPU µs/decision |"
+	echo "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 	jq -r '.report as $r | [ .store, $r.target.kind, ($r.workload.keys|tostring),
 		(if $r.workload.mode == "open" then "open \($r.workload.rate)/s" else "closed \($r.workload.concurrency)" end),
 		($r.decisions_per_s|floor|tostring),
 		(($r.latency_us.p50/10|round)/100|tostring) + " ms", (($r.latency_us.p99/10|round)/100|tostring) + " ms", (($r.latency_us.p999/10|round)/100|tostring) + " ms", (($r.latency_us.max/10|round)/100|tostring) + " ms",
 		($r.unsent|tostring), ($r.degraded|tostring), ($r.backpressure|tostring),
-		(if $r.accuracy.ratio == null then "n/a" else ($r.accuracy.ratio*1000|round/1000|tostring) end)
+		(if $r.accuracy.ratio == null then "n/a" else ($r.accuracy.ratio*1000|round/1000|tostring) end),
+		(if $r.redis == null then "n/a" else ($r.redis.cpu_us_per_decision|tostring) end)
 	] | "| " + join(" | ") + " |"' "$out/service.json"
 	echo
 	echo "Commands (floodgate serve --config benchmarks' policies: load = gcra 1000/1s burst 100; domain edge, descriptor user):"
@@ -154,13 +158,15 @@ fi
 		echo
 		echo "The saturating closed loop: $SATURATE clients, HTTP, 1 hot key, floodgate serve on Redis (store.timeout 50ms, failure.mode open):"
 		echo
-		echo "| pass | batching | decisions/s | degraded (fail-open) | backpressure | errors | p50 | p99 | beyond the bound | over-admitted (twin estimate) |"
-		echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+		echo "| pass | batching | decisions/s | degraded (fail-open) | backpressure | errors | p50 | p99 | beyond the bound | over-admitted (twin estimate) | Redis CPU µs/decision | Redis reads/decision |"
+		echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 		jq -r '.report as $r | [ .pass, .batching, ($r.decisions_per_s|floor|tostring),
 			($r.degraded|tostring), ($r.backpressure|tostring), ($r.errors|tostring),
 			(($r.latency_us.p50/10|round)/100|tostring) + " ms", (($r.latency_us.p99/10|round)/100|tostring) + " ms",
 			(if $r.accuracy == null then "n/a" else ($r.accuracy.beyond_bound|tostring) end),
-			(if $r.accuracy == null then "n/a" else ($r.accuracy.over_admitted|tostring) end)
+			(if $r.accuracy == null then "n/a" else ($r.accuracy.over_admitted|tostring) end),
+			(if $r.redis == null then "n/a" else ($r.redis.cpu_us_per_decision|tostring) end),
+			(if $r.redis == null or $r.redis.reads_per_decision == null then "n/a" else ($r.redis.reads_per_decision|tostring) end)
 		] | "| " + join(" | ") + " |"' "$out/saturate.json"
 		echo
 		jq -r '"    batching " + .batching + ": " + .cmd' "$out/saturate.json" | sort -u

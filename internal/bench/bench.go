@@ -407,8 +407,20 @@ func (r *run) reportServer(rep *Report) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("Redis's figures are missing: its counters could not be read: %v", err))
 		return
 	}
-	rep.Redis = redisCost(r.server, after, rep.Decisions)
+	if after.Changed != "" {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Redis's figures are missing: the servers changed during the run (%s), so their counters do not measure it", after.Changed))
+		return
+	}
+	// Degraded answers are the failure policy's: Redis made none of them.
+	made := rep.Decisions - rep.Degraded
+	rep.Redis = redisCost(r.server, after, made)
 	rep.Notes = append(rep.Notes, "Redis's figures are the difference of its INFO counters before and after the run: they count everything the servers did meanwhile, other clients' commands included")
+	if rep.Degraded > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Redis's figures are per decision Redis made: the %d degraded answers, the failure policy's, are left out", rep.Degraded))
+	}
+	if r.cfg.Info.Kind != "redis" && made > 0 && rep.Redis.Commands*10 < made {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Redis ran %d commands for %d decisions: right if the service answered most from its over-limit cache; otherwise check that --host and --port (or --redis-cluster) name the service's Redis", rep.Redis.Commands, made))
+	}
 }
 
 // pick returns the index of the next request's key.

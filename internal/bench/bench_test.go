@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/internal/redistest"
 	"github.com/floodgatehq/floodgate/memstore"
 )
 
@@ -588,6 +591,7 @@ type fakeServer struct {
 	now     ServerCounters
 	err     error
 	servers int
+	changed string // Changed from the second Read on
 	n       int
 }
 
@@ -599,6 +603,9 @@ func (f *fakeServer) Read(context.Context) (ServerCounters, error) {
 	f.now.Servers = f.step.Servers
 	if f.n > 1 && f.servers > 0 {
 		f.now.Servers = f.servers
+	}
+	if f.n > 1 {
+		f.now.Changed = f.changed
 	}
 	f.now.CPU += f.step.CPU
 	f.now.Commands += f.step.Commands
@@ -641,6 +648,7 @@ func TestRedisCost(t *testing.T) {
 	}{
 		{&fakeServer{err: errors.New("NOPERM no INFO")}, "its counters could not be read: NOPERM no INFO"},
 		{&fakeServer{step: ServerCounters{Servers: 3}, servers: 2}, "3 servers before the run and 2 after"},
+		{&fakeServer{step: ServerCounters{Servers: 1}, changed: "127.0.0.1:1 restarted"}, "the servers changed during the run (127.0.0.1:1 restarted)"},
 	} {
 		rep := run(f.srv)
 		if rep.Redis != nil || rep.Decisions != 100 || !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, f.want) }) {
@@ -649,13 +657,42 @@ func TestRedisCost(t *testing.T) {
 	}
 }
 
+// degradeTarget answers every other request with the failure policy's
+// allowance (Degraded), the others through its inner target.
+type degradeTarget struct {
+	Target
+	n atomic.Int64
+}
+
+func (d *degradeTarget) Take(ctx context.Context, key string, n int64) (Outcome, error) {
+	if d.n.Add(1)%2 == 0 {
+		return Outcome{Allowed: true, Degraded: true}, nil
+	}
+	return d.Target.Take(ctx, key, n)
+}
+
+// TestRedisCostLeavesDegradedOut: Redis's figures divide by the decisions
+// Redis made, not by the failure policy's answers, and a note says so.
+func TestRedisCostLeavesDegradedOut(t *testing.T) {
+	p := mustPolicy(t, "gcra 1000/1s burst 1000")
+	rep := mustRun(t, Config{Target: &degradeTarget{Target: newMemTarget(t, p)}, Policy: p, Concurrency: 1, Iterations: 100, Cost: 1,
+		Server: &fakeServer{step: ServerCounters{Servers: 1, CPU: 2 * time.Millisecond, Commands: 250, Reads: 50}}})
+	c := rep.Redis
+	if rep.Decisions != 100 || rep.Degraded != 50 || c == nil || c.CPUPerDecision != 40 || c.CommandsPerDecision != 5 || *c.ReadsPerDecision != 1 {
+		t.Errorf("decisions %d, degraded %d, redis %+v: want 40 µs, 5 commands and 1 read for each of the 50 decisions Redis made", rep.Decisions, rep.Degraded, c)
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "the 50 degraded answers") }) {
+		t.Errorf("notes %q: want the one about degraded answers", rep.Notes)
+	}
+}
+
 // TestParseInfo: the counters of a Redis 7 INFO reply, CPU summed; reads
 // unknown when a server does not report them; a reply without the CPU or
 // the commands is an error.
 func TestParseInfo(t *testing.T) {
-	info := "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:1234\r\ntotal_reads_processed:456\r\n\r\n# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:0.500001\r\nused_cpu_sys_children:9.000000\r\n"
+	info := "# Server\r\nrun_id:abc123\r\n# Replication\r\nrole:master\r\n# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:1234\r\ntotal_reads_processed:456\r\n\r\n# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:0.500001\r\nused_cpu_sys_children:9.000000\r\n"
 	c, err := parseInfo(info)
-	if err != nil || c != (ServerCounters{Servers: 1, CPU: 1750001 * time.Microsecond, Commands: 1234, Reads: 456}) {
+	if err != nil || c != (ServerCounters{Servers: 1, CPU: 1750001 * time.Microsecond, Commands: 1234, Reads: 456, runID: "abc123", role: "master"}) {
 		t.Errorf("parseInfo = %+v, %v", c, err)
 	}
 	c, err = parseInfo(strings.Replace(info, "total_reads_processed:456\r\n", "", 1))
@@ -667,5 +704,44 @@ func TestParseInfo(t *testing.T) {
 	}
 	if _, err := parseInfo(strings.Replace(info, "1234", "12x", 1)); err == nil || !strings.Contains(err.Error(), "total_commands_processed") {
 		t.Errorf("a bad count: %v, want an error naming it", err)
+	}
+}
+
+// TestRedisStats: against a real redis-server, two Reads with nothing in
+// between differ by nothing at all (the Reads' own INFO left out), a
+// command between them by exactly one command and one read; a server
+// that turned replica since the first Read is named in Changed.
+func TestRedisStats(t *testing.T) {
+	srv := redistest.StartServer(t)
+	other := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	st := NewRedisStats(c)
+	read := func() ServerCounters {
+		t.Helper()
+		v, err := st.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	a, b := read(), read()
+	if b.Servers != 1 || b.Commands != a.Commands || b.Reads != a.Reads || b.Changed != "" || b.CPU < a.CPU {
+		t.Fatalf("two Reads: %+v then %+v, want the same commands and reads", a, b)
+	}
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d := read(); d.Commands != b.Commands+1 || d.Reads != b.Reads+1 {
+		t.Errorf("a SET between two Reads: %+v then %+v, want one command and one read more", b, d)
+	}
+	host, port, _ := strings.Cut(other.Addr, ":")
+	if err := c.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.ReplicaOf(ctx, "NO", "ONE")
+	if d := read(); !strings.Contains(d.Changed, srv.Addr+" is a slave now, not a master (a failover)") {
+		t.Errorf("after REPLICAOF: Changed %q, want the server named as a replica", d.Changed)
 	}
 }

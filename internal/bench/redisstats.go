@@ -34,18 +34,33 @@ type ServerCounters struct {
 	// Reads counts their reads from client sockets, -1 when unknown: a
 	// pipelined batch of commands is often one read.
 	Reads int64
+	// Changed says how the servers are not those an earlier Read read (a
+	// restart, a failover), "" when they are: the difference of the two
+	// Reads is then not their work.
+	Changed string
+
+	runID, role string // one server's, from its INFO
 }
 
 // RedisStats reads Redis's INFO: of one server, or of every master of a
-// Cluster. Each Read is one INFO a server, which it leaves out of what it
-// returns (one command and one read a server for each earlier Read), so
-// that the difference of two Reads is everything else the servers did in
-// between. It is safe for concurrent use, though Reads that overlap may
-// count each other.
+// Cluster as its first Read found them. Each Read is one INFO a server,
+// which it leaves out of what it returns (one command and one read a
+// server for each earlier Read), so that the difference of two Reads is
+// everything else the servers did in between. A server that restarted
+// or changed role since the first Read is named in Changed; a master a
+// Cluster gained since is not read. It is safe for concurrent use, though
+// Reads that overlap may count each other.
 type RedisStats struct {
 	client redis.UniversalClient
 	mu     sync.Mutex
-	reads  int64 // Reads done
+	nodes  []*statsNode // the servers of the first Read
+	reads  int64        // Reads done
+}
+
+// statsNode is one server RedisStats reads, with what its first Read found.
+type statsNode struct {
+	client      *redis.Client
+	runID, role string
 }
 
 // NewRedisStats returns a reader of the INFO of client's server, or of its
@@ -60,45 +75,69 @@ func NewRedisStats(client redis.UniversalClient) *RedisStats {
 func (s *RedisStats) Read(ctx context.Context) (ServerCounters, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var (
-		mu  sync.Mutex // ForEachMaster runs a goroutine per master
-		sum = ServerCounters{}
-	)
-	add := func(ctx context.Context, c *redis.Client) error {
-		text, err := c.Info(ctx).Result()
+	if s.nodes == nil {
+		nodes, err := s.servers(ctx)
 		if err != nil {
-			return fmt.Errorf("INFO on %s: %w", c.Options().Addr, err)
+			return ServerCounters{}, err
 		}
-		n, err := parseInfo(text)
+		s.nodes = nodes
+	}
+	sum := ServerCounters{}
+	var changed []string
+	for _, n := range s.nodes {
+		addr := n.client.Options().Addr
+		text, err := n.client.Info(ctx).Result()
 		if err != nil {
-			return fmt.Errorf("INFO on %s: %w", c.Options().Addr, err)
+			return ServerCounters{}, fmt.Errorf("INFO on %s: %w", addr, err)
 		}
-		mu.Lock()
-		defer mu.Unlock()
+		c, err := parseInfo(text)
+		if err != nil {
+			return ServerCounters{}, fmt.Errorf("INFO on %s: %w", addr, err)
+		}
+		switch {
+		case n.runID == "":
+			n.runID, n.role = c.runID, c.role
+		case c.runID != n.runID:
+			changed = append(changed, addr+" restarted")
+		case c.role != n.role:
+			changed = append(changed, fmt.Sprintf("%s is a %s now, not a %s (a failover)", addr, c.role, n.role))
+		}
 		sum.Servers++
-		sum.CPU += n.CPU
-		sum.Commands += n.Commands - s.reads
-		if n.Reads < 0 || sum.Reads < 0 {
+		sum.CPU += c.CPU
+		sum.Commands += c.Commands - s.reads
+		if c.Reads < 0 || sum.Reads < 0 {
 			sum.Reads = -1
 		} else {
-			sum.Reads += n.Reads - s.reads
+			sum.Reads += c.Reads - s.reads
 		}
-		return nil
 	}
-	var err error
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, add)
-	case *redis.Client:
-		err = add(ctx, c)
-	default:
-		err = fmt.Errorf("a %T: want a server's client or a Cluster's", s.client)
-	}
-	if err != nil {
-		return ServerCounters{}, err
-	}
+	sum.Changed = strings.Join(changed, "; ")
 	s.reads++
 	return sum, nil
+}
+
+// servers returns the server of a client, or the masters of a Cluster's.
+func (s *RedisStats) servers(ctx context.Context) ([]*statsNode, error) {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		return []*statsNode{{client: c}}, nil
+	case *redis.ClusterClient:
+		var (
+			mu    sync.Mutex // ForEachMaster runs a goroutine per master
+			nodes []*statsNode
+		)
+		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			nodes = append(nodes, &statsNode{client: m})
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("the Cluster's masters: %w", err)
+		}
+		return nodes, nil
+	}
+	return nil, fmt.Errorf("a %T: want a server's client or a Cluster's", s.client)
 }
 
 // parseInfo reads the counters of one server's INFO reply.
@@ -125,6 +164,10 @@ func parseInfo(text string) (ServerCounters, error) {
 			haveCommands = true
 		case "total_reads_processed":
 			c.Reads, err = strconv.ParseInt(value, 10, 64)
+		case "run_id":
+			c.runID = value
+		case "role":
+			c.role = value
 		}
 		if err != nil {
 			return c, fmt.Errorf("%s %q: %w", name, value, err)

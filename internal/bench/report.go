@@ -97,8 +97,9 @@ type RedisCost struct {
 	Servers int `json:"servers"`
 	// CPUSeconds is the servers' CPU time over the run, user and system.
 	CPUSeconds float64 `json:"cpu_s"`
-	// CPUPerDecision is CPUSeconds over the decisions, in µs; 0 when no
-	// request was decided.
+	// CPUPerDecision is CPUSeconds over the decisions Redis made (not
+	// the degraded ones, the failure policy's), in µs; 0 when none. The
+	// other per-decision figures divide by the same.
 	CPUPerDecision float64 `json:"cpu_us_per_decision"`
 	// DecisionsPerCPUSecond is 10^6 / CPUPerDecision: the decisions one
 	// core of Redis could make a second at this cost; 0 when unknown.
@@ -116,7 +117,8 @@ type RedisCost struct {
 }
 
 // redisCost is the cost between two reads of the servers' counters, for
-// decisions decisions.
+// decisions decisions: the per-decision figures are 0 when there are
+// none.
 func redisCost(before, after ServerCounters, decisions int64) *RedisCost {
 	c := &RedisCost{
 		Servers:    after.Servers,
@@ -126,6 +128,10 @@ func redisCost(before, after ServerCounters, decisions int64) *RedisCost {
 	if before.Reads >= 0 && after.Reads >= 0 {
 		n := after.Reads - before.Reads
 		c.Reads = &n
+		if decisions <= 0 {
+			zero := 0.0
+			c.ReadsPerDecision = &zero
+		}
 	}
 	if decisions > 0 {
 		per := func(v float64) float64 { return math.Round(v/float64(decisions)*100) / 100 }
@@ -310,7 +316,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		if c.Servers != 1 {
 			servers = fmt.Sprintf("%d servers", c.Servers)
 		}
-		if rep.Decisions == 0 {
+		if rep.Decisions-rep.Degraded <= 0 {
 			fmt.Fprintf(w, "  redis      cpu %.6f s   commands %d   (%s; no decision to divide by)\n", c.CPUSeconds, c.Commands, servers)
 		} else {
 			fmt.Fprintf(w, "  redis      cpu %.2f µs/decision", c.CPUPerDecision)

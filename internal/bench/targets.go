@@ -50,6 +50,7 @@ type RedisOptions struct {
 // policy for every key.
 type RedisTarget struct {
 	client redis.UniversalClient
+	opts   RedisOptions
 	store  *redisstore.Store
 	policy *floodgate.Policy
 }
@@ -74,12 +75,19 @@ func OpenRedis(ctx context.Context, o RedisOptions, p *floodgate.Policy) (*Redis
 		client.Close()
 		return nil, fmt.Errorf("Redis at %s: %w", o.where(), err)
 	}
-	return &RedisTarget{client: client, store: store, policy: p}, nil
+	return &RedisTarget{client: client, opts: o, store: store, policy: p}, nil
 }
 
 // Stats returns a reader of the INFO of the target's server, or of its
-// Cluster's masters (Config.Server).
-func (t *RedisTarget) Stats() *RedisStats { return NewRedisStats(t.client) }
+// Cluster's masters (Config.Server), once it read them; an error is
+// checkStats'.
+func (t *RedisTarget) Stats(ctx context.Context) (*RedisStats, error) {
+	st := NewRedisStats(t.client)
+	if err := checkStats(ctx, st, t.opts); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
 
 // OpenRedisStats connects to Redis and reads its INFO once, so that a
 // wrong address, a wrong password or a user without the INFO command
@@ -91,25 +99,21 @@ func OpenRedisStats(ctx context.Context, o RedisOptions) (*RedisStats, io.Closer
 		return nil, nil, err
 	}
 	st := NewRedisStats(client)
-	if err := CheckStats(ctx, st, o); err != nil {
+	if err := checkStats(ctx, st, o); err != nil {
 		client.Close()
 		return nil, nil, err
 	}
 	return st, client, nil
 }
 
-// CheckStats reads st once, within o's timeout, and explains a failure
+// checkStats reads st once, within o's timeout, and explains a failure
 // as a first contact with the Redis of o.
-func CheckStats(ctx context.Context, st *RedisStats, o RedisOptions) error {
+func checkStats(ctx context.Context, st *RedisStats, o RedisOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout())
 	defer cancel()
 	_, err := st.Read(ctx)
 	if err != nil && strings.Contains(err.Error(), "NOPERM") {
-		who := "the default user"
-		if o.Username != "" {
-			who = "user " + strconv.Quote(o.Username)
-		}
-		return fmt.Errorf("Redis at %s: %s may not run INFO, which --redis-stats reads (%v): grant it +info, or give --redis-stats=false", o.where(), who, err)
+		return fmt.Errorf("Redis at %s: %s may not run INFO, which --redis-stats reads (%v): grant it +info, or give --redis-stats=false", o.where(), o.who(), err)
 	}
 	if err != nil {
 		return redisError(o, err)
@@ -168,6 +172,14 @@ func (o *RedisOptions) where() string {
 	return o.Addr
 }
 
+// who names the user o authenticates as.
+func (o *RedisOptions) who() string {
+	if o.Username == "" {
+		return "the default user"
+	}
+	return "user " + strconv.Quote(o.Username)
+}
+
 // redisError explains a failed first contact with Redis.
 func redisError(o RedisOptions, err error) error {
 	at := o.where()
@@ -176,10 +188,7 @@ func redisError(o RedisOptions, err error) error {
 		check = "check --redis-cluster"
 	}
 	msg := err.Error()
-	who := "the default user"
-	if o.Username != "" {
-		who = "user " + strconv.Quote(o.Username)
-	}
+	who := o.who()
 	var netErr net.Error
 	switch {
 	case strings.HasPrefix(msg, "WRONGPASS"):

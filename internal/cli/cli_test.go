@@ -188,7 +188,7 @@ func servingLogs(t *testing.T, env map[string]string, args ...string) (string, *
 	ctx, cancel := context.WithCancel(context.Background())
 	var out syncBuffer
 	errOut := &syncBuffer{}
-	done := make(chan int)
+	done := make(chan int, 1) // holds the exit status for the cleanup when the loop below read it first
 	go func() {
 		done <- cli.Run(ctx, append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, args...),
 			&out, errOut, func(k string) string { return env[k] })
@@ -207,6 +207,7 @@ func servingLogs(t *testing.T, env map[string]string, args ...string) (string, *
 		}
 		select {
 		case code := <-done:
+			done <- 0 // reported here, not again by the cleanup
 			t.Fatalf("serve exited %d:\n%s", code, errOut.String())
 		case <-time.After(10 * time.Millisecond):
 		}

@@ -157,7 +157,10 @@ func TestOverAdmissionIsReported(t *testing.T) {
 	t.Run("off by one", func(t *testing.T) {
 		loose := *p
 		loose.Max++
-		rep := mustRun(t, Config{Target: newMemTarget(t, &loose), Policy: p, Concurrency: 4, Iterations: 30, Keys: 5, Distribution: Uniform, Cost: 1})
+		// 400 requests drawn at random among 5 keys: that one of them gets
+		// fewer than the 11 it takes to be over has a chance of 2·10^-25
+		// (with the 120 this test used to send, about 1 run in 500).
+		rep := mustRun(t, Config{Target: newMemTarget(t, &loose), Policy: p, Concurrency: 4, Iterations: 100, Keys: 5, Distribution: Uniform, Cost: 1})
 		a := rep.Accuracy
 		if !a.Over() || a.OverAdmitted != int64(a.Keys) || a.OverKeys != a.Keys || a.BeyondBound != int64(a.Keys) {
 			t.Fatalf("accuracy %+v: want one request over on every key", a)

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -44,6 +46,9 @@ type RedisOptions struct {
 	Timeout time.Duration
 	// PoolSize is the most connections (the concurrency, plus one).
 	PoolSize int
+	// TLS, when set, dials every node with TLS of this configuration;
+	// nil dials in plaintext.
+	TLS *tls.Config
 }
 
 // RedisTarget decides through redisstore, straight against Redis, with one
@@ -146,13 +151,14 @@ func dialRedis(ctx context.Context, o RedisOptions) (redis.UniversalClient, erro
 			MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1,
 			DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
 			PoolSize: max(o.PoolSize, 1), ClusterStateReloadInterval: 500 * time.Millisecond,
+			TLSConfig: o.TLS,
 		})
 	} else {
 		client = redis.NewClient(&redis.Options{
 			Addr: o.Addr, Username: o.Username, Password: o.Password,
 			MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1,
 			DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
-			PoolSize: max(o.PoolSize, 1),
+			PoolSize: max(o.PoolSize, 1), TLSConfig: o.TLS,
 		})
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -199,6 +205,10 @@ func redisError(o RedisOptions, err error) error {
 		return fmt.Errorf("Redis at %s: %s lacks a permission the bench needs (%s)", at, who, msg)
 	case strings.Contains(msg, "ERR AUTH") || strings.Contains(msg, "without any password configured"):
 		return fmt.Errorf("Redis at %s has no password set, but one was given (%s): drop --password", at, msg)
+	case o.TLS != nil && strings.Contains(msg, "x509: "):
+		return fmt.Errorf("Redis at %s: its certificate does not verify (%v): give the CA that signs it with --redis-ca-file", at, err)
+	case o.TLS != nil && strings.Contains(msg, "tls: "):
+		return fmt.Errorf("Redis at %s refused the TLS connection (%v): a server with tls-auth-clients wants --redis-cert-file and --redis-key-file", at, err)
 	case errors.As(err, &netErr) || strings.Contains(msg, "connection refused"):
 		return fmt.Errorf("cannot reach Redis at %s: %v (%s)", at, err, check)
 	}
@@ -217,17 +227,51 @@ func (t *RedisTarget) Close() error {
 	return t.client.Close()
 }
 
+// Access says how the http and grpc targets reach a running floodgate
+// serve, and FetchService and FetchRule its HTTP API: the client token
+// they send and the TLS they speak. The zero value sends no token,
+// verifies an https:// service against the system's roots and dials gRPC
+// in plaintext.
+type Access struct {
+	// Token, when set, goes with every request as a bearer token: HTTP's
+	// Authorization field, gRPC's authorization metadata. The service
+	// needs one when its clients.tokens_file is set.
+	Token string
+	// TLS, when set, verifies an https:// service and the gRPC listener
+	// (RootCAs; nil: the system's roots), and holds the client
+	// certificate for a listener that asks for one (mutual TLS).
+	TLS *tls.Config
+	// GRPCTLS dials the gRPC listener with TLS (its listen.grpc_tls).
+	GRPCTLS bool
+}
+
+// client returns an HTTP client of a's TLS, for the service's HTTP API.
+func (a Access) client() *http.Client {
+	if a.TLS == nil {
+		return http.DefaultClient
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: a.TLS.Clone(), Proxy: http.ProxyFromEnvironment}}
+}
+
+// authorize sets req's Authorization field to a's token, if any.
+func (a Access) authorize(req *http.Request) {
+	if a.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.Token)
+	}
+}
+
 // HTTPTarget decides through a running floodgate serve's POST /v1/check.
 type HTTPTarget struct {
 	url    string
 	client *http.Client
-	prefix []byte // `{"policy":"NAME","key":`
+	prefix []byte   // `{"policy":"NAME","key":`
+	bearer []string // the Authorization field's value, or nil
 }
 
 // NewHTTP returns a target that checks requests under the service's
-// policy named policy, at baseURL (http://host:port), keeping up to conns
-// connections open.
-func NewHTTP(baseURL, policy string, conns int) (*HTTPTarget, error) {
+// policy named policy, at baseURL (http://host:port, or https://), keeping
+// up to conns connections open, with a's token and TLS.
+func NewHTTP(baseURL, policy string, conns int, a Access) (*HTTPTarget, error) {
 	base, err := normalizeURL(baseURL)
 	if err != nil {
 		return nil, err
@@ -237,11 +281,18 @@ func NewHTTP(baseURL, policy string, conns int) (*HTTPTarget, error) {
 		Proxy: nil, MaxIdleConns: conns + 1, MaxIdleConnsPerHost: conns + 1, IdleConnTimeout: 90 * time.Second,
 		DisableCompression: true, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 	}
-	return &HTTPTarget{
+	if a.TLS != nil {
+		tr.TLSClientConfig = a.TLS.Clone()
+	}
+	t := &HTTPTarget{
 		url:    base + "/v1/check",
 		client: &http.Client{Transport: tr},
 		prefix: append(append([]byte(`{"policy":`), name...), `,"key":`...),
-	}, nil
+	}
+	if a.Token != "" {
+		t.bearer = []string{"Bearer " + a.Token}
+	}
+	return t, nil
 }
 
 func normalizeURL(s string) (string, error) {
@@ -286,6 +337,9 @@ func (t *HTTPTarget) Take(ctx context.Context, key string, n int64) (Outcome, er
 		return Outcome{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if t.bearer != nil {
+		req.Header["Authorization"] = t.bearer
+	}
 	resp, err := t.client.Do(req)
 	if err != nil {
 		return Outcome{}, err
@@ -308,7 +362,7 @@ func (t *HTTPTarget) Take(ctx context.Context, key string, n int64) (Outcome, er
 			if a.Error.Field != "" {
 				field = a.Error.Field + ": "
 			}
-			return Outcome{}, fmt.Errorf("HTTP %d %s: %s%s", resp.StatusCode, a.Error.Code, field, a.Error.Message)
+			return Outcome{}, fmt.Errorf("HTTP %d %s: %s%s%s", resp.StatusCode, a.Error.Code, field, a.Error.Message, tokenHint(resp.StatusCode == http.StatusUnauthorized, t.bearer != nil))
 		}
 		return Outcome{}, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
@@ -323,6 +377,28 @@ func (t *HTTPTarget) Take(ctx context.Context, key string, n int64) (Outcome, er
 func (t *HTTPTarget) Close() error {
 	t.client.CloseIdleConnections()
 	return nil
+}
+
+// answerHint says what to do about the service's answer of status with
+// body to a request of a: a token wanted or refused, or plain HTTP sent to
+// its HTTPS listener; "" when none of these.
+func (a Access) answerHint(status int, body []byte) string {
+	if status == http.StatusBadRequest && bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
+		return " (the listener speaks TLS: write the URL https://)"
+	}
+	return tokenHint(status == http.StatusUnauthorized, a.Token != "")
+}
+
+// tokenHint says what to do about a refusal for want of a client token
+// (refused): give one, or check the one given (sent); "" when not refused.
+func tokenHint(refused, sent bool) string {
+	switch {
+	case !refused:
+		return ""
+	case sent:
+		return " (check --token, or FLOODGATE_TOKEN: the service's clients.tokens_file has no such token)"
+	}
+	return " (the service wants a client token: give --token, or set FLOODGATE_TOKEN)"
 }
 
 // Entry is one entry of an Envoy descriptor. An entry with FromKey set
@@ -357,27 +433,53 @@ func (e Entry) String() string {
 // (ShouldRateLimit) of a running floodgate serve: one descriptor per
 // request, its hits_addend the request's cost.
 type GRPCTarget struct {
-	conn    *grpc.ClientConn
-	client  rlsv3.RateLimitServiceClient
-	domain  string
-	entries []Entry
+	conn             *grpc.ClientConn
+	client           rlsv3.RateLimitServiceClient
+	domain           string
+	entries          []Entry
+	tls, cert, token bool // dialed with TLS; with a client certificate; sends a token
 }
 
-// NewGRPC returns a target sending ShouldRateLimit to addr (host:port,
-// plaintext) for domain, with one descriptor of entries.
-func NewGRPC(addr, domain string, entries []Entry) (*GRPCTarget, error) {
+// NewGRPC returns a target sending ShouldRateLimit to addr (host:port)
+// for domain, with one descriptor of entries, in plaintext or, with
+// a.GRPCTLS, over TLS of a.TLS; a.Token goes with every call.
+func NewGRPC(addr, domain string, entries []Entry, a Access) (*GRPCTarget, error) {
 	if domain == "" {
 		return nil, errors.New("no domain")
 	}
 	if len(entries) == 0 {
 		return nil, errors.New("no descriptor entries")
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if a.GRPCTLS {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if a.TLS != nil {
+			cfg = a.TLS.Clone()
+		}
+		creds = credentials.NewTLS(cfg)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if a.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerCreds{"authorization": "Bearer " + a.Token}))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &GRPCTarget{conn: conn, client: rlsv3.NewRateLimitServiceClient(conn), domain: domain, entries: entries}, nil
+	return &GRPCTarget{conn: conn, client: rlsv3.NewRateLimitServiceClient(conn), domain: domain, entries: entries,
+		tls: a.GRPCTLS, cert: a.TLS != nil && (len(a.TLS.Certificates) > 0 || a.TLS.GetClientCertificate != nil), token: a.Token != ""}, nil
 }
+
+// bearerCreds sends a client token as every call's authorization
+// metadata. It does not require TLS: the service takes tokens on a
+// plaintext listener too (and warns about one beyond loopback).
+type bearerCreds map[string]string
+
+func (b bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return b, nil
+}
+
+func (bearerCreds) RequireTransportSecurity() bool { return false }
 
 // Take sends one ShouldRateLimit.
 func (t *GRPCTarget) Take(ctx context.Context, key string, n int64) (Outcome, error) {
@@ -402,7 +504,7 @@ func (t *GRPCTarget) Take(ctx context.Context, key string, n int64) (Outcome, er
 			if st.Code() == codes.ResourceExhausted {
 				return Outcome{Backpressure: true}, nil
 			}
-			return Outcome{}, fmt.Errorf("gRPC %s: %s", st.Code(), st.Message())
+			return Outcome{}, fmt.Errorf("gRPC %s: %s%s", st.Code(), st.Message(), t.hint(st))
 		}
 		return Outcome{}, err
 	}
@@ -413,6 +515,30 @@ func (t *GRPCTarget) Take(ctx context.Context, key string, n int64) (Outcome, er
 		return Outcome{}, nil
 	}
 	return Outcome{}, fmt.Errorf("gRPC answer with overall code %s", resp.GetOverallCode())
+}
+
+// hint says what to do about a failed call that the target's own
+// settings explain: a token wanted or refused, or TLS on one side only.
+func (t *GRPCTarget) hint(st *status.Status) string {
+	msg := st.Message()
+	switch {
+	case st.Code() == codes.Unauthenticated:
+		return tokenHint(true, t.token)
+	case st.Code() != codes.Unavailable:
+	case !t.tls && strings.Contains(msg, "server preface"):
+		// A TLS listener closes a connection whose first bytes are not a
+		// TLS handshake.
+		return " (does the gRPC listener speak TLS? add --grpc-tls)"
+	case t.tls && strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return " (the gRPC listener speaks plaintext: drop --grpc-tls)"
+	case t.tls && strings.Contains(msg, "x509: "):
+		return " (give the CA that signs the listener's certificate with --ca-file)"
+	case t.tls && !t.cert && (strings.Contains(msg, "tls: ") || strings.Contains(msg, "connection reset by peer")):
+		// A listener with a client CA refuses a connection without a
+		// client certificate: under TLS 1.3, after the handshake.
+		return " (a listener with a client_ca wants --cert-file and --key-file)"
+	}
+	return ""
 }
 
 // Close closes the connection.
@@ -448,8 +574,8 @@ type ServiceRule struct {
 	Quota     bool   `json:"quota_mode"`
 }
 
-// FetchService reads GET /v1/policies at baseURL.
-func FetchService(ctx context.Context, baseURL string) (*Service, error) {
+// FetchService reads GET /v1/policies at baseURL, with a's token and TLS.
+func FetchService(ctx context.Context, baseURL string, a Access) (*Service, error) {
 	base, err := normalizeURL(baseURL)
 	if err != nil {
 		return nil, err
@@ -460,14 +586,15 @@ func FetchService(ctx context.Context, baseURL string) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	a.authorize(req)
+	resp, err := a.client().Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w at %s: %v (is floodgate serve running?)", ErrUnreachable, base, err)
+		return nil, unreachable(base, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s/v1/policies: HTTP %d: %.200s", base, resp.StatusCode, data)
+		return nil, fmt.Errorf("GET %s/v1/policies: HTTP %d: %.200s%s", base, resp.StatusCode, bytes.TrimSpace(data), a.answerHint(resp.StatusCode, data))
 	}
 	var s Service
 	if err := json.Unmarshal(data, &s); err != nil {
@@ -507,14 +634,34 @@ const keyPrefix = "bench-"
 
 // ErrUnreachable is wrapped by FetchService and FetchRule when the service
 // does not answer at all (as opposed to answering an error).
-var ErrUnreachable = errors.New("bench: the service cannot be reached")
+var ErrUnreachable = errors.New("the service cannot be reached")
+
+// unreachable wraps ErrUnreachable for a request to base that got no
+// answer, saying what to check: the certificate, the scheme, or whether
+// the service runs.
+func unreachable(base string, err error) error {
+	msg := err.Error()
+	hint := "is floodgate serve running?"
+	switch {
+	case strings.Contains(msg, "x509: "):
+		hint = "give the CA that signs the service's certificate with --ca-file"
+	case strings.Contains(msg, "server gave HTTP response to HTTPS client"):
+		hint = "the listener speaks plain HTTP: write the URL http://"
+	case strings.HasPrefix(base, "http://") && (strings.Contains(msg, "malformed HTTP response") || strings.HasSuffix(msg, ": EOF")):
+		hint = "does the listener speak TLS? write the URL https://"
+	case strings.Contains(msg, "tls: "):
+		hint = "a listener with a client_ca wants --cert-file and --key-file"
+	}
+	return fmt.Errorf("%w at %s: %v (%s)", ErrUnreachable, base, err, hint)
+}
 
 // FetchRule asks the service at baseURL which rule of domain a descriptor
 // of entries meets (POST /v1/envoy/rule), as its ShouldRateLimit matches
 // it: the service's own matcher, not a prediction of it. An entry taking
 // the request's key is sent with the value every key of the run starts
 // with, so that the rule found is one a wildcard of the run's keys meets.
-func FetchRule(ctx context.Context, baseURL, domain string, entries []Entry) (*ServiceRule, error) {
+// The request carries a's token and speaks its TLS.
+func FetchRule(ctx context.Context, baseURL, domain string, entries []Entry, a Access) (*ServiceRule, error) {
 	base, err := normalizeURL(baseURL)
 	if err != nil {
 		return nil, err
@@ -544,9 +691,10 @@ func FetchRule(ctx context.Context, baseURL, domain string, entries []Entry) (*S
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	a.authorize(req)
+	resp, err := a.client().Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w at %s: %v (is floodgate serve running?)", ErrUnreachable, base, err)
+		return nil, unreachable(base, err)
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -555,7 +703,7 @@ func FetchRule(ctx context.Context, baseURL, domain string, entries []Entry) (*S
 	case http.StatusNotFound:
 		return nil, fmt.Errorf("no rule of domain %s matches the descriptor %s (GET %s/v1/policies lists the rules)", domain, strings.Join(es, ","), base)
 	default:
-		return nil, fmt.Errorf("POST %s/v1/envoy/rule: HTTP %d: %.200s", base, resp.StatusCode, out)
+		return nil, fmt.Errorf("POST %s/v1/envoy/rule: HTTP %d: %.200s%s", base, resp.StatusCode, bytes.TrimSpace(out), a.answerHint(resp.StatusCode, out))
 	}
 	var r struct {
 		Rule ServiceRule `json:"rule"`

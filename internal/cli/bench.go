@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -60,6 +61,13 @@ type benchFlags struct {
 	rate, zipfS                     float64
 	dist, progress                  string
 	json, redisStats                bool
+
+	// The service's client token and TLS (http, grpc).
+	token, caFile, certFile, keyFile string
+	grpcTLS                          bool
+	// TLS to Redis (redis, and --redis-stats).
+	redisTLS                         bool
+	redisCAFile, redisCert, redisKey string
 }
 
 const benchAbout = `Sends load to a rate limiter and reports decisions/s, latency (p50 to
@@ -82,6 +90,10 @@ Targets:
          descriptor of --descriptor entries; the entry given as KEY alone
          takes each request's key as its value.
 For http and grpc the policy is the service's, read from GET /v1/policies.
+A service with client tokens takes --token (or FLOODGATE_TOKEN); with TLS,
+--ca-file, and --cert-file and --key-file for mutual TLS (--grpc-tls dials
+its gRPC listener with TLS). A Redis with TLS takes --redis-tls and the
+--redis-ca-file, --redis-cert-file and --redis-key-file.
 
 With --target redis the report also says what the run cost Redis: its CPU
 time, commands and socket reads a decision, from INFO before and after the
@@ -107,8 +119,17 @@ func (e *environ) bench(args []string) int {
 	fs.StringVar(&f.user, "user", "", "redis (and --redis-stats): the ACL `user` to authenticate as (default: the default user)")
 	fs.StringVar(&f.password, "password", "", "redis (and --redis-stats): the `password` to authenticate with")
 	fs.StringVar(&f.redisCluster, "redis-cluster", "", "redis (and --redis-stats): a Redis Cluster's seed `nodes`, host:port,host:port…, instead of --host and --port")
+	fs.BoolVar(&f.redisTLS, "redis-tls", false, "redis (and --redis-stats): dial Redis with TLS, verified against the system's CAs or --redis-ca-file (on when a --redis-ca-file or --redis-cert-file is given)")
+	fs.StringVar(&f.redisCAFile, "redis-ca-file", "", "redis (and --redis-stats): CA certificates (PEM `file`) to verify Redis's certificate with, instead of the system's")
+	fs.StringVar(&f.redisCert, "redis-cert-file", "", "redis (and --redis-stats): client certificate (PEM `file`) for a Redis with tls-auth-clients")
+	fs.StringVar(&f.redisKey, "redis-key-file", "", "redis (and --redis-stats): the client certificate's private key (PEM `file`)")
 	fs.StringVar(&f.url, "url", "", "http, grpc: the service's HTTP `address` (default "+defaultURL+")")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8081", "grpc: the service's gRPC `address`")
+	fs.BoolVar(&f.grpcTLS, "grpc-tls", false, "grpc: dial the service's gRPC listener with TLS (its listen.grpc_tls), verified against the system's CAs or --ca-file")
+	fs.StringVar(&f.token, "token", "", "http, grpc: the client `token` to send, for a service with clients.tokens_file (default from "+EnvToken+"; 16+ characters)")
+	fs.StringVar(&f.caFile, "ca-file", "", "http, grpc: CA certificates (PEM `file`) to verify an https:// service or --grpc-tls with, instead of the system's")
+	fs.StringVar(&f.certFile, "cert-file", "", "http, grpc: client certificate (PEM `file`) for a listener with a client_ca (mutual TLS)")
+	fs.StringVar(&f.keyFile, "key-file", "", "http, grpc: the client certificate's private key (PEM `file`)")
 	fs.StringVar(&f.policyName, "policy-name", "", "http: the service's `policy` to check")
 	fs.StringVar(&f.domain, "domain", "", "grpc: the Envoy `domain`")
 	fs.Var(&f.descriptor, "descriptor", "grpc: a descriptor `entry`, KEY=VALUE, or KEY for the request's key (repeat for several entries)")
@@ -280,7 +301,23 @@ func (e *environ) benchConfig(f *benchFlags, set map[string]bool) (bench.Config,
 
 // redisConn are the flags that name a Redis: the redis target's, or the
 // service's with --redis-stats.
-var redisConn = []string{"host", "port", "user", "password", "redis-cluster"}
+var redisConn = []string{"host", "port", "user", "password", "redis-cluster",
+	"redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file"}
+
+// serviceAccess are the flags of the service's token and TLS.
+var serviceAccess = []string{"token", "ca-file", "cert-file", "key-file", "grpc-tls"}
+
+// access returns how the http and grpc targets reach the service: the
+// token of --token (or FLOODGATE_TOKEN) and the TLS of --ca-file,
+// --cert-file, --key-file and --grpc-tls.
+func (e *environ) access(f *benchFlags) (bench.Access, error) {
+	token, err := e.bearer(&clientFlags{token: f.token, tokenEnvs: []string{EnvToken}})
+	if err != nil {
+		return bench.Access{}, err
+	}
+	cfg, err := tlsFiles("", f.caFile, f.certFile, f.keyFile)
+	return bench.Access{Token: token, TLS: cfg, GRPCTLS: f.grpcTLS}, err
+}
 
 // redisPolicy are the flags that only the redis target reads.
 var redisPolicy = []string{"policy", "algorithm", "threshold", "limit", "window",
@@ -316,7 +353,7 @@ func (e *environ) benchServer(f *benchFlags, set map[string]bool, target bench.T
 	redis.SetLogger(discardRedisLog{})
 	st, c, err := bench.OpenRedisStats(e.ctx, o)
 	if err != nil {
-		return nil, nil, "", e.errorf("bench: --redis-stats: %v", err)
+		return nil, nil, "", e.errorf("bench: --redis-stats: %v", e.redisMismatch(o, err))
 	}
 	return st, c, "", -1
 }
@@ -326,6 +363,14 @@ func (e *environ) benchServer(f *benchFlags, set map[string]bool, target bench.T
 // (a Cluster's: per master).
 func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (bench.RedisOptions, int) {
 	o := bench.RedisOptions{Username: f.user, Password: f.password, Timeout: f.timeout, PoolSize: pool}
+	cfg, err := tlsFiles("redis-", f.redisCAFile, f.redisCert, f.redisKey)
+	if err != nil {
+		return o, e.usageErr("%v", err)
+	}
+	if cfg == nil && f.redisTLS {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	o.TLS = cfg
 	if set["redis-cluster"] {
 		if set["host"] || set["port"] {
 			return o, e.usageErr("give --redis-cluster, or --host and --port, not both")
@@ -347,6 +392,23 @@ func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (be
 	}
 	o.Addr = net.JoinHostPort(f.host, strconv.Itoa(f.port))
 	return o, -1
+}
+
+// redisMismatch returns err, a failed first contact with the Redis of o,
+// or in its place one that says so when that Redis (its first seed node)
+// speaks the other protocol than the one dialed: TLS, or plaintext.
+func (e *environ) redisMismatch(o bench.RedisOptions, err error) error {
+	addr := o.Addr
+	if addr == "" {
+		addr = o.ClusterAddrs[0]
+	}
+	switch {
+	case !otherProtocol(e.ctx, addr, o.TLS != nil):
+		return err
+	case o.TLS != nil:
+		return fmt.Errorf("Redis at %s answers without TLS: drop --redis-tls (and --redis-ca-file, --redis-cert-file, --redis-key-file)", addr)
+	}
+	return fmt.Errorf("Redis at %s speaks TLS: add --redis-tls (and --redis-ca-file if its CA is not the system's)", addr)
 }
 
 // benchTarget opens the target the flags name and finds its policy.
@@ -371,7 +433,7 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 	}
 	switch f.target {
 	case "redis":
-		if code := only("redis", "url", "addr", "policy-name", "domain", "descriptor"); code >= 0 {
+		if code := only("redis", append(serviceAccess, "url", "addr", "policy-name", "domain", "descriptor")...); code >= 0 {
 			return nil, info, nil, nil, code
 		}
 		p, code := e.benchPolicy(f, set)
@@ -386,7 +448,7 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		redis.SetLogger(discardRedisLog{})
 		t, err := bench.OpenRedis(e.ctx, o, p)
 		if err != nil {
-			return nil, info, nil, nil, e.errorf("bench: %v", err)
+			return nil, info, nil, nil, e.errorf("bench: %v", e.redisMismatch(o, err))
 		}
 		addr := o.Addr
 		if addr == "" {
@@ -396,14 +458,18 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		return t, info, p, notes, -1
 
 	case "http":
-		if code := only("http", append(redisPolicy, "addr", "domain", "descriptor")...); code >= 0 {
+		if code := only("http", append(redisPolicy, "addr", "domain", "descriptor", "grpc-tls")...); code >= 0 {
 			return nil, info, nil, nil, code
 		}
 		if f.policyName == "" {
 			return nil, info, nil, nil, e.usageErr("--policy-name: name the service's policy to check (GET /v1/policies lists them)")
 		}
+		acc, err := e.access(f)
+		if err != nil {
+			return nil, info, nil, nil, e.usageErr("%v", err)
+		}
 		base := e.serviceURL(f)
-		svc, err := bench.FetchService(e.ctx, base)
+		svc, err := bench.FetchService(e.ctx, base, acc)
 		if err != nil {
 			return nil, info, nil, nil, e.errorf("bench: %v", err)
 		}
@@ -411,7 +477,7 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		if err != nil {
 			return nil, info, nil, nil, e.errorf("bench: --policy-name: %v", err)
 		}
-		t, err := bench.NewHTTP(base, f.policyName, conc)
+		t, err := bench.NewHTTP(base, f.policyName, conc, acc)
 		if err != nil {
 			return nil, info, nil, nil, e.usageErr("--url: %v", err)
 		}
@@ -435,9 +501,13 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 		for _, en := range f.descriptor {
 			info.Descriptor = append(info.Descriptor, en.String())
 		}
+		acc, err := e.access(f)
+		if err != nil {
+			return nil, info, nil, nil, e.usageErr("%v", err)
+		}
 		var policy *floodgate.Policy
 		base := e.serviceURL(f)
-		rule, err := bench.FetchRule(e.ctx, base, f.domain, f.descriptor)
+		rule, err := bench.FetchRule(e.ctx, base, f.domain, f.descriptor, acc)
 		if errors.Is(err, bench.ErrUnreachable) {
 			notes = append(notes, fmt.Sprintf("accuracy unknown: could not ask the service which rule applies (%v); give --url", err))
 		} else {
@@ -462,7 +532,7 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 				notes = append(notes, "the rule "+rule.Path+" is in quota mode: alone, its denials do not make the answer OVER_LIMIT")
 			}
 		}
-		t, err := bench.NewGRPC(f.addr, f.domain, f.descriptor)
+		t, err := bench.NewGRPC(f.addr, f.domain, f.descriptor, acc)
 		if err != nil {
 			return nil, info, nil, nil, e.usageErr("--addr %s: %v", f.addr, err)
 		}

@@ -158,6 +158,11 @@ func TestBenchAgainstServe(t *testing.T) {
 			"--domain", "bench", "--descriptor", name, "--concurrency", "3", "--iterations", "150")
 		wantExact(t, rep, "grpc "+name, benchOver[name])
 	}
+	// https:// to its plain listener fails at once, saying so.
+	code, out, errOut := run(t, nil, "bench", "--target", "http", "--url", "https://"+strings.TrimPrefix(httpAddr, "http://"), "--policy-name", "gcra", "-i", "1")
+	if code != 1 || !strings.Contains(errOut, "the listener speaks plain HTTP: write the URL http://") {
+		t.Errorf("https:// to a plain listener: exit %d, %q %q; want 1 and what to write", code, out, errOut)
+	}
 }
 
 // freeAddr returns a loopback address with a port free a moment ago.

@@ -58,7 +58,7 @@ var environment = []envVar{
 	{EnvRedisSentinel, []string{"serve", "check"}, "the Redis store behind Sentinel, as --redis-sentinel"},
 	{EnvRedisPassword, []string{"serve", "check"}, "the password of a cluster, or of the master behind sentinels"},
 	{EnvAdminToken, []string{"serve", "check", "reset", "keys", "usage"}, "serve, check: the admin endpoints' bearer token (16+ characters; --admin-token-file wins); the others: the admin token to send"},
-	{EnvToken, []string{"allow", "peek", "reserve", "settle"}, "the client token to send, for a service with clients.tokens_file (16+ characters)"},
+	{EnvToken, []string{"allow", "peek", "reserve", "settle", "bench"}, "the client token to send, for a service with clients.tokens_file (16+ characters)"},
 	{EnvKeySecret, []string{"serve"}, "store an HMAC-SHA-256 of every key in Redis instead of the key (16+ bytes)"},
 	{EnvCalendarMonth, []string{"serve", "check"}, "envoyproxy/ratelimit's: true makes Envoy's month unit the UTC calendar month, false 30 days from the epoch; wins over envoy.calendar_month"},
 	{EnvTokenKey, []string{"serve"}, "the key that signs reservation tokens (budgets.token_key; 32+ bytes, the same on every replica)"},

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -66,31 +65,45 @@ func (e *environ) bearer(c *clientFlags) (string, error) {
 
 // httpClient returns the client of c's TLS flags.
 func (c *clientFlags) httpClient() (*http.Client, error) {
-	if c.caFile == "" && c.cert == "" && c.key == "" {
-		return http.DefaultClient, nil
+	cfg, err := tlsFiles("", c.caFile, c.cert, c.key)
+	if cfg == nil || err != nil {
+		return http.DefaultClient, err
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, Proxy: http.ProxyFromEnvironment}}, nil
+}
+
+// tlsFiles returns the TLS client configuration of the flags
+// --{prefix}ca-file, --{prefix}cert-file and --{prefix}key-file, given as
+// ca, cert and key: TLS 1.2 or later, servers verified against ca's CAs
+// (or the system's roots), and the client certificate of cert and key. It
+// returns nil when none is given, and an error naming the flag of a file
+// that cannot be used.
+func tlsFiles(prefix, ca, cert, key string) (*tls.Config, error) {
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.caFile != "" {
-		data, err := os.ReadFile(c.caFile)
+	if ca != "" {
+		data, err := os.ReadFile(ca)
 		if err != nil {
-			return nil, fmt.Errorf("--ca-file: %w", err)
+			return nil, fmt.Errorf("--%sca-file: %w", prefix, err)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(data) {
-			return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", c.caFile)
+			return nil, fmt.Errorf("--%sca-file %s: no PEM certificate in it", prefix, ca)
 		}
 	}
-	if (c.cert == "") != (c.key == "") {
-		return nil, errors.New("--cert-file and --key-file go together")
+	if (cert == "") != (key == "") {
+		return nil, fmt.Errorf("--%scert-file and --%skey-file go together", prefix, prefix)
 	}
-	if c.cert != "" {
-		pair, err := tls.LoadX509KeyPair(c.cert, c.key)
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
-			return nil, fmt.Errorf("--cert-file, --key-file: %w", err)
+			return nil, fmt.Errorf("--%scert-file, --%skey-file: %w", prefix, prefix, err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, Proxy: http.ProxyFromEnvironment}}, nil
+	return cfg, nil
 }
 
 // do sends one request to the service and decodes its JSON answer.

@@ -305,37 +305,42 @@ func refusalOf(err error) *refusal {
 // closed, both of which look like a server that is not up yet. It returns
 // the error that says which, or nil.
 func (st *openedStore) protocolMismatch(ctx context.Context) error {
-	if st.addr == "" {
+	if st.addr == "" || !otherProtocol(ctx, st.addr, st.tls) {
 		return nil
 	}
+	if st.tls {
+		return fmt.Errorf("%s answers without TLS: write its address redis:// (or turn store.tls off)", st.addr)
+	}
+	return fmt.Errorf("%s speaks TLS: write its address rediss:// (and give store.tls.ca_file if its CA is not the system's)", st.addr)
+}
+
+// otherProtocol reports whether the Redis at addr speaks the other
+// protocol than the one dialed: plain RESP when TLS was dialed (tlsDialed),
+// TLS when plaintext was. It probes for at most a second and reports
+// false when addr does not answer, or answers as dialed.
+func otherProtocol(ctx context.Context, addr string, tlsDialed bool) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", st.addr)
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil // not up, or not reachable: not a mismatch
+		return false // not up, or not reachable: not a mismatch
 	}
 	defer conn.Close()
 	if deadline, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(deadline)
 	}
-	if st.tls {
+	if tlsDialed {
 		// Does it answer plain RESP?
 		if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-			return nil
+			return false
 		}
 		line, _ := bufio.NewReader(conn).ReadString('\n')
-		if strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") || strings.HasPrefix(line, "-ERR") {
-			return fmt.Errorf("%s answers without TLS: write its address redis:// (or turn store.tls off)", st.addr)
-		}
-		return nil
+		return strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") || strings.HasPrefix(line, "-ERR")
 	}
 	// Does it complete a TLS handshake? (Only to tell; nothing is sent.)
 	tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // a probe of the protocol, no data
-	if tc.HandshakeContext(ctx) == nil {
-		return fmt.Errorf("%s speaks TLS: write its address rediss:// (and give store.tls.ca_file if its CA is not the system's)", st.addr)
-	}
-	return nil
+	return tc.HandshakeContext(ctx) == nil
 }
 
 // masterUnknown tells sentinels that answer but monitor no master of the

@@ -1,0 +1,162 @@
+package cli_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/floodgatehq/floodgate/internal/redistest"
+)
+
+// TestBenchSecuredService: floodgate bench loads a service as it is
+// deployed beyond loopback: HTTPS and a client token on the HTTP
+// listener, mutual TLS on the gRPC one. Each run is exact; each missing
+// or wrong piece fails at once (exit 1) with a message that names the
+// flag that supplies it, and the flags of another target are refused.
+func TestBenchSecuredService(t *testing.T) {
+	t.Parallel()
+	f := newTLSFiles(t)
+	const token = "bench-client-0123456789"
+	dir := t.TempDir()
+	tokens := writeFile(t, "clients", "bench "+token+"\n")
+	for file, text := range map[string]string{
+		"floodgate.yaml": fmt.Sprintf(`policies:
+  roomy: "gcra 1000000/1s burst 1000000"
+clients:
+  tokens_file: %s
+listen:
+  http_tls: {cert: %s, key: %s}
+  grpc_tls: {cert: %s, key: %s, client_ca: %s}
+`, tokens, f.cert, f.key, f.cert, f.key, f.caFile),
+		"bench.yaml": "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {policy: roomy}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServe(t, nil, "--config", dir)
+	url := "https://" + s.http
+	httpRun := []string{"--target", "http", "--url", url, "--policy-name", "roomy", "-c", "2", "-i", "100"}
+	grpcRun := []string{"--target", "grpc", "--addr", s.grpc, "--url", url, "--domain", "bench", "--descriptor", "user", "-c", "2", "-i", "100"}
+	withToken := map[string]string{"FLOODGATE_TOKEN": token}
+
+	rep := benchJSON(t, withToken, append(httpRun, "--ca-file", f.caFile)...)
+	wantExact(t, rep, "https with FLOODGATE_TOKEN", false)
+	if rep.Allowed != 200 {
+		t.Errorf("https: allowed %d, want all 200", rep.Allowed)
+	}
+	rep = benchJSON(t, nil, append(grpcRun, "--grpc-tls", "--ca-file", f.caFile, "--cert-file", f.clientCertFile, "--key-file", f.key2, "--token", token)...)
+	wantExact(t, rep, "gRPC over mutual TLS with --token", false)
+	if rep.Allowed != 200 {
+		t.Errorf("gRPC: allowed %d, want all 200", rep.Allowed)
+	}
+
+	for _, c := range []struct {
+		what string
+		env  map[string]string
+		args []string
+		code int
+		want []string
+	}{
+		{"https without its CA", withToken, httpRun, 1, []string{"x509", "--ca-file"}},
+		{"http:// to the HTTPS listener", withToken, append(slicesWith(httpRun, "--url", "http://"+s.http), "--ca-file", f.caFile), 1, []string{"HTTP 400", "write the URL https://"}},
+		{"no token", nil, append(httpRun, "--ca-file", f.caFile), 1, []string{"HTTP 401", "give --token, or set FLOODGATE_TOKEN"}},
+		{"a wrong token", nil, append(httpRun, "--ca-file", f.caFile, "--token", "wrong-token-0123456789"), 1, []string{"wrong token", "check --token"}},
+		{"a weak token", nil, append(httpRun, "--ca-file", f.caFile, "--token", "abc"), 2, []string{"--token"}},
+		{"gRPC in plaintext to its TLS listener", withToken, append(grpcRun, "--ca-file", f.caFile), 1, []string{"add --grpc-tls"}},
+		{"gRPC without the client certificate", withToken, append(grpcRun, "--ca-file", f.caFile, "--grpc-tls"), 1, []string{"wants --cert-file and --key-file"}},
+		{"--cert-file alone", withToken, append(grpcRun, "--ca-file", f.caFile, "--grpc-tls", "--cert-file", f.clientCertFile), 2, []string{"--cert-file and --key-file go together"}},
+		{"a CA file that is not PEM", withToken, append(httpRun, "--ca-file", tokens), 2, []string{"--ca-file " + tokens + ": no PEM certificate"}},
+		{"--grpc-tls with http", withToken, append(httpRun, "--grpc-tls"), 2, []string{"--grpc-tls applies to another target"}},
+		{"--token with redis", nil, []string{"-p", "1", "--token", token}, 2, []string{"--token applies to another target"}},
+	} {
+		code, out, errOut := run(t, c.env, append([]string{"bench", "--progress", "off", "--timeout", "10s"}, c.args...)...)
+		if code != c.code {
+			t.Errorf("%s: exit %d, want %d\n%s%s", c.what, code, c.code, out, errOut)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out+errOut, w) {
+				t.Errorf("%s: the output lacks %q:\n%s%s", c.what, w, out, errOut)
+			}
+		}
+		if strings.Contains(out+errOut, token) {
+			t.Errorf("%s: the output shows the token:\n%s%s", c.what, out, errOut)
+		}
+	}
+}
+
+// slicesWith returns a copy of args with the value after flag replaced by
+// v.
+func slicesWith(args []string, flag, v string) []string {
+	out := append([]string(nil), args...)
+	for i := range out[:len(out)-1] {
+		if out[i] == flag {
+			out[i+1] = v
+		}
+	}
+	return out
+}
+
+// TestBenchRedisTLS: the redis target, and --redis-stats of a service,
+// reach a Redis that speaks only TLS and asks for client certificates
+// (tls-auth-clients), with --redis-ca-file, --redis-cert-file and
+// --redis-key-file; each run is exact and its Redis figures are read over
+// TLS. TLS on one side only, or a missing client certificate, fails at
+// once with a message that says which flag to add or drop.
+func TestBenchRedisTLS(t *testing.T) {
+	t.Parallel()
+	certs := redistest.NewCerts(t)
+	srv := redistest.StartServer(t, redistest.WithTLS(certs, true))
+	tlsPort := strconv.Itoa(srv.TLSPort)
+	files := []string{"--redis-ca-file", certs.CAFile, "--redis-cert-file", certs.ClientCert, "--redis-key-file", certs.ClientKey}
+
+	rep := benchJSON(t, nil, append([]string{"-p", tlsPort, "-c", "1", "-i", "100", "-t", "1000000"}, files...)...)
+	wantExact(t, rep, "the redis target over TLS", false)
+	if r := rep.Redis; r == nil || r.Servers != 1 || r.Commands != 4*rep.Decisions {
+		t.Errorf("the redis target over TLS: redis %+v, decisions %d: want 1 server and exactly 4 commands a decision", r, rep.Decisions)
+	}
+
+	conf := writeFile(t, "floodgate.yaml", fmt.Sprintf(`policies:
+  roomy: "gcra 1000000/1s burst 1000000"
+store:
+  type: redis
+  url: rediss://%s
+  tls: {ca_file: %s, cert_file: %s, key_file: %s}
+`, srv.TLSAddr, certs.CAFile, certs.ClientCert, certs.ClientKey))
+	httpAddr := serving(t, nil, "--config", filepath.Dir(conf))
+	rep = benchJSON(t, nil, append([]string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "-c", "2", "-i", "100", "--redis-stats", "-p", tlsPort}, files...)...)
+	if r := rep.Redis; r == nil || r.Servers != 1 || rep.Allowed != 200 || r.Commands < rep.Decisions || r.CPU <= 0 {
+		t.Errorf("http --redis-stats over TLS: allowed %d, redis %+v: want 200 allowed, each at least a command in the service's Redis", rep.Allowed, r)
+	}
+
+	plainPort := strconv.Itoa(srv.Port)
+	for _, c := range []struct {
+		what string
+		args []string
+		code int
+		want []string
+	}{
+		{"plaintext to the TLS port", []string{"-p", tlsPort}, 1, []string{"Redis at 127.0.0.1:" + tlsPort + " speaks TLS: add --redis-tls"}},
+		{"TLS to the plain port", append([]string{"-p", plainPort}, files...), 1, []string{"Redis at 127.0.0.1:" + plainPort + " answers without TLS: drop --redis-tls"}},
+		{"--redis-stats: plaintext to the TLS port", []string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "--redis-stats", "-p", tlsPort}, 1, []string{"--redis-stats", "speaks TLS: add --redis-tls"}},
+		{"without the client certificate", []string{"-p", tlsPort, "--redis-ca-file", certs.CAFile}, 1, []string{"wants --redis-cert-file and --redis-key-file"}},
+		{"without the CA", []string{"-p", tlsPort, "--redis-tls"}, 1, []string{"x509", "--redis-ca-file"}},
+		{"--redis-key-file alone", []string{"-p", tlsPort, "--redis-key-file", certs.ClientKey}, 2, []string{"--redis-cert-file and --redis-key-file go together"}},
+		{"--redis-tls with http, without --redis-stats", []string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "--redis-tls"}, 2, []string{"--redis-tls names the Redis", "add --redis-stats"}},
+	} {
+		code, out, errOut := run(t, nil, append([]string{"bench", "--progress", "off", "-i", "1", "--timeout", "3s"}, c.args...)...)
+		if code != c.code {
+			t.Errorf("%s: exit %d, want %d\n%s%s", c.what, code, c.code, out, errOut)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out+errOut, w) {
+				t.Errorf("%s: the output lacks %q:\n%s%s", c.what, w, out, errOut)
+			}
+		}
+	}
+}

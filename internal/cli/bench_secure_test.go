@@ -54,13 +54,7 @@ listen:
 		t.Errorf("gRPC: allowed %d, want all 200", rep.Allowed)
 	}
 
-	for _, c := range []struct {
-		what string
-		env  map[string]string
-		args []string
-		code int
-		want []string
-	}{
+	wantBenchFailures(t, []string{"--timeout", "10s"}, token, []benchFailure{
 		{"https without its CA", withToken, httpRun, 1, []string{"x509", "--ca-file"}},
 		{"http:// to the HTTPS listener", withToken, append(slicesWith(httpRun, "--url", "http://"+s.http), "--ca-file", f.caFile), 1, []string{"HTTP 400", "write the URL https://"}},
 		{"no token", nil, append(httpRun, "--ca-file", f.caFile), 1, []string{"HTTP 401", "give --token, or set FLOODGATE_TOKEN"}},
@@ -72,8 +66,26 @@ listen:
 		{"a CA file that is not PEM", withToken, append(httpRun, "--ca-file", tokens), 2, []string{"--ca-file " + tokens + ": no PEM certificate"}},
 		{"--grpc-tls with http", withToken, append(httpRun, "--grpc-tls"), 2, []string{"--grpc-tls applies to another target"}},
 		{"--token with redis", nil, []string{"-p", "1", "--token", token}, 2, []string{"--token applies to another target"}},
-	} {
-		code, out, errOut := run(t, c.env, append([]string{"bench", "--progress", "off", "--timeout", "10s"}, c.args...)...)
+	})
+}
+
+// benchFailure is a bench run that must fail: its exit status, and what
+// its output must say.
+type benchFailure struct {
+	what string
+	env  map[string]string
+	args []string
+	code int
+	want []string
+}
+
+// wantBenchFailures runs bench with common and each case's arguments, and
+// fails the test unless each exits with its status and says what it must;
+// with secret, unless no output shows it.
+func wantBenchFailures(t *testing.T, common []string, secret string, cases []benchFailure) {
+	t.Helper()
+	for _, c := range cases {
+		code, out, errOut := run(t, c.env, append(append([]string{"bench", "--progress", "off"}, common...), c.args...)...)
 		if code != c.code {
 			t.Errorf("%s: exit %d, want %d\n%s%s", c.what, code, c.code, out, errOut)
 			continue
@@ -83,8 +95,8 @@ listen:
 				t.Errorf("%s: the output lacks %q:\n%s%s", c.what, w, out, errOut)
 			}
 		}
-		if strings.Contains(out+errOut, token) {
-			t.Errorf("%s: the output shows the token:\n%s%s", c.what, out, errOut)
+		if secret != "" && strings.Contains(out+errOut, secret) {
+			t.Errorf("%s: the output shows the secret:\n%s%s", c.what, out, errOut)
 		}
 	}
 }
@@ -134,29 +146,13 @@ store:
 	}
 
 	plainPort := strconv.Itoa(srv.Port)
-	for _, c := range []struct {
-		what string
-		args []string
-		code int
-		want []string
-	}{
-		{"plaintext to the TLS port", []string{"-p", tlsPort}, 1, []string{"Redis at 127.0.0.1:" + tlsPort + " speaks TLS: add --redis-tls"}},
-		{"TLS to the plain port", append([]string{"-p", plainPort}, files...), 1, []string{"Redis at 127.0.0.1:" + plainPort + " answers without TLS: drop --redis-tls"}},
-		{"--redis-stats: plaintext to the TLS port", []string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "--redis-stats", "-p", tlsPort}, 1, []string{"--redis-stats", "speaks TLS: add --redis-tls"}},
-		{"without the client certificate", []string{"-p", tlsPort, "--redis-ca-file", certs.CAFile}, 1, []string{"wants --redis-cert-file and --redis-key-file"}},
-		{"without the CA", []string{"-p", tlsPort, "--redis-tls"}, 1, []string{"x509", "--redis-ca-file"}},
-		{"--redis-key-file alone", []string{"-p", tlsPort, "--redis-key-file", certs.ClientKey}, 2, []string{"--redis-cert-file and --redis-key-file go together"}},
-		{"--redis-tls with http, without --redis-stats", []string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "--redis-tls"}, 2, []string{"--redis-tls names the Redis", "add --redis-stats"}},
-	} {
-		code, out, errOut := run(t, nil, append([]string{"bench", "--progress", "off", "-i", "1", "--timeout", "3s"}, c.args...)...)
-		if code != c.code {
-			t.Errorf("%s: exit %d, want %d\n%s%s", c.what, code, c.code, out, errOut)
-			continue
-		}
-		for _, w := range c.want {
-			if !strings.Contains(out+errOut, w) {
-				t.Errorf("%s: the output lacks %q:\n%s%s", c.what, w, out, errOut)
-			}
-		}
-	}
+	wantBenchFailures(t, []string{"-i", "1", "--timeout", "3s"}, "", []benchFailure{
+		{"plaintext to the TLS port", nil, []string{"-p", tlsPort}, 1, []string{"Redis at 127.0.0.1:" + tlsPort + " speaks TLS: add --redis-tls"}},
+		{"TLS to the plain port", nil, append([]string{"-p", plainPort}, files...), 1, []string{"Redis at 127.0.0.1:" + plainPort + " answers without TLS: drop --redis-tls"}},
+		{"--redis-stats: plaintext to the TLS port", nil, []string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "--redis-stats", "-p", tlsPort}, 1, []string{"--redis-stats", "speaks TLS: add --redis-tls"}},
+		{"without the client certificate", nil, []string{"-p", tlsPort, "--redis-ca-file", certs.CAFile}, 1, []string{"wants --redis-cert-file and --redis-key-file"}},
+		{"without the CA", nil, []string{"-p", tlsPort, "--redis-tls"}, 1, []string{"x509", "--redis-ca-file"}},
+		{"--redis-key-file alone", nil, []string{"-p", tlsPort, "--redis-key-file", certs.ClientKey}, 2, []string{"--redis-cert-file and --redis-key-file go together"}},
+		{"--redis-tls with http, without --redis-stats", nil, []string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "--redis-tls"}, 2, []string{"--redis-tls names the Redis", "add --redis-stats"}},
+	})
 }

@@ -431,6 +431,28 @@ func (c *Config) Policy(name string) (floodgate.Policy, bool) {
 // configuration is invalid, is an Errors listing every problem with its
 // file and line; it wraps ErrInvalid.
 func Load(path string) (*Config, error) {
+	return LoadWith(path, nil)
+}
+
+// StoreOverride replaces the store's type and addresses that the files
+// give, as serve's --redis, --redis-cluster and --redis-sentinel do. It
+// takes effect before the checks of the files' store.tls and
+// store.read_from_replicas, so that those are judged against the store the
+// service will use: store.tls settings with --redis rediss://… are valid,
+// as is store.read_from_replicas with --redis-cluster. (store.max_keys of a
+// memory store stays valid, and unused, under --redis.)
+type StoreOverride struct {
+	// Type is redis, redis-cluster or redis-sentinel.
+	Type string
+	// URL is a redis store's URL; Addrs the seed nodes or the sentinels;
+	// Master the sentinels' master name.
+	URL, Master string
+	Addrs       []string
+}
+
+// LoadWith is Load with the store's type and addresses replaced by o's
+// (nil: as the files give them).
+func LoadWith(path string, o *StoreOverride) (*Config, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -454,7 +476,7 @@ func Load(path string) (*Config, error) {
 		}
 		srcs = append(srcs, Source{Name: f, Data: data})
 	}
-	return Parse(srcs...)
+	return ParseWith(o, srcs...)
 }
 
 // yamlFiles returns the *.yaml and *.yml files under dir, subdirectories
@@ -495,12 +517,18 @@ type Source struct {
 
 // Parse reads configuration files given as bytes, as Load does.
 func Parse(srcs ...Source) (*Config, error) {
+	return ParseWith(nil, srcs...)
+}
+
+// ParseWith is Parse with the store's type and addresses replaced by o's
+// (nil: as the files give them), as LoadWith.
+func ParseWith(o *StoreOverride, srcs ...Source) (*Config, error) {
 	c := &collector{}
 	cfg := &Config{Store: Store{Batching: true, OverLimitCache: true}, Envoy: Envoy{ResponseHeaders: true}}
 	native := ""
 	for _, src := range srcs {
 		cfg.Sources = append(cfg.Sources, src.Name)
-		r := &reader{file: src.Name, c: c}
+		r := &reader{file: src.Name, c: c, override: o}
 		var doc yaml.Node
 		dec := yaml.NewDecoder(bytes.NewReader(src.Data))
 		if err := dec.Decode(&doc); err != nil {
@@ -1030,13 +1058,22 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 			r.errorf(line("addrs"), field, "%v", p.err)
 		}
 	}
+	// store.max_keys is judged against the files' kind: a memory store's
+	// bound stays valid, and unused, when --redis replaces that store (the
+	// packaged configuration is written so, for FLOODGATE_REDIS_URL).
+	fileType := s.Type
+	if o := r.override; o != nil {
+		// The files' own kind and addresses were checked above, as
+		// written; TLS and replicas are judged against the store in use.
+		s.Type, s.URL, s.Addrs, s.Master = o.Type, o.URL, o.Addrs, o.Master
+	}
 	if s.ReadFromReplicas && s.Type != "redis-cluster" {
 		r.errorf(line("read_from_replicas"), "store.read_from_replicas", "applies to type redis-cluster only (a Cluster's replicas), found type %q", or(s.Type, "memory"))
 	}
 	if s.Counters && s.Clock != "service" {
 		r.errorf(line("counters"), "store.counters", "needs store.clock: service (a counter's window is chosen by this process's clock before Redis is asked), found store.clock %s", or(s.Clock, "redis"))
 	}
-	if s.MaxKeys != 0 && s.Type != "memory" && s.Type != "" {
+	if s.MaxKeys != 0 && fileType != "memory" && fileType != "" {
 		r.errorf(line("max_keys"), "store.max_keys", "applies to the memory store only")
 	}
 	if t := s.TLS; (t.CAFile != "" || t.CertFile != "" || t.ServerName != "") && !s.UsesTLS() {

@@ -1110,3 +1110,39 @@ policies:
 		t.Errorf("a bad zone: %v", err)
 	}
 }
+
+// TestStoreOverride: the store that serve's --redis, --redis-cluster or
+// --redis-sentinel names replaces the files' before their store.tls and
+// store.read_from_replicas are judged, so a file that keeps only the TLS
+// settings is valid with a rediss:// flag; a memory store's max_keys stays
+// valid (the packaged configuration with FLOODGATE_REDIS_URL); settings
+// that the store in use cannot take are still refused, naming the line.
+func TestStoreOverride(t *testing.T) {
+	tlsFile := "store:\n  tls:\n    server_name: redis.example\n"
+	for _, c := range []struct {
+		what, yaml string
+		o          *StoreOverride
+		want       string // the error, or "" for none
+	}{
+		{"TLS settings alone", tlsFile, nil, "f.yaml:5: store.tls: settings without TLS"},
+		{"TLS enabled alone", "store:\n  tls: {enabled: true}\n", nil, "f.yaml:4: store.tls: the memory store has no connection to encrypt"},
+		{"TLS enabled with --redis", "store:\n  tls: {enabled: true}\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6380"}, ""},
+		{"TLS settings with --redis rediss://", tlsFile, &StoreOverride{Type: "redis", URL: "rediss://127.0.0.1:6380"}, ""},
+		{"TLS settings with --redis-cluster rediss://", tlsFile, &StoreOverride{Type: "redis-cluster", Addrs: []string{"rediss://127.0.0.1:7000"}}, ""},
+		{"TLS settings with --redis redis://", tlsFile, &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6380"}, "f.yaml:5: store.tls: settings without TLS"},
+		{"replicas with --redis-cluster", "store:\n  type: redis\n  url: redis://r:6379\n  read_from_replicas: true\n", &StoreOverride{Type: "redis-cluster", Addrs: []string{"127.0.0.1:7000"}}, ""},
+		{"replicas with --redis", "store:\n  read_from_replicas: true\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6379"}, `f.yaml:4: store.read_from_replicas: applies to type redis-cluster only (a Cluster's replicas), found type "redis"`},
+		{"max_keys of memory with --redis", "store:\n  type: memory\n  max_keys: 1000\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6379"}, ""},
+		{"max_keys of redis", "store:\n  url: redis://r:6379\n  max_keys: 1000\n", nil, "f.yaml:5: store.max_keys: applies to the memory store only"},
+	} {
+		cfg, err := ParseWith(c.o, Source{Name: "f.yaml", Data: []byte("policies:\n  api: \"gcra 10/1s\"\n" + c.yaml)})
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.what, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: error %v, want %q", c.what, err, c.want)
+		case c.want == "" && c.o != nil && (cfg.Store.Type != c.o.Type || cfg.Store.URL != c.o.URL):
+			t.Errorf("%s: store %s %q, want the override's", c.what, cfg.Store.Type, cfg.Store.URL)
+		}
+	}
+}

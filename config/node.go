@@ -11,8 +11,9 @@ import (
 // reader walks the YAML nodes of one file, reporting problems with their
 // line and path to a collector.
 type reader struct {
-	file string
-	c    *collector
+	file     string
+	c        *collector
+	override *StoreOverride // the store's kind and addresses in use, when not the files'
 }
 
 func (r *reader) errorf(n *yaml.Node, path, format string, args ...any) {

@@ -133,25 +133,10 @@ func (e *environ) serve(args []string) int {
 	return e.run(cfg, path, f, log, fingerprint(watchedFiles(path, cfg)...))
 }
 
-// loadConfig reads the configuration (or the built-in one) and applies the
-// flags and environment over it.
-func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) {
-	var cfg *config.Config
-	var err error
-	if path == "" {
-		cfg, err = config.Parse(builtin()...)
-	} else {
-		cfg, err = config.Load(path)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if v := e.env(f.http, EnvHTTP); v != "" {
-		cfg.Listen.HTTP = v
-	}
-	if v := e.env(f.grpc, EnvGRPC); v != "" {
-		cfg.Listen.GRPC = v
-	}
+// storeOverride returns the store that --redis, --redis-cluster or
+// --redis-sentinel (or their variables) name, checked, in place of the
+// files'; nil when none is given.
+func (e *environ) storeOverride(f serveFlags) (*config.StoreOverride, error) {
 	redisURL, cluster, sentinel := e.env(f.redisURL, EnvRedisURL), e.env(f.redisCluster, EnvRedisCluster), e.env(f.redisSentinel, EnvRedisSentinel)
 	given := 0
 	for _, v := range []string{redisURL, cluster, sentinel} {
@@ -167,13 +152,13 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 		if err := config.CheckRedisURL(redisURL); err != nil {
 			return nil, fmt.Errorf("floodgate: --redis: %w", err)
 		}
-		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis", redisURL, nil, ""
+		return &config.StoreOverride{Type: "redis", URL: redisURL}, nil
 	case cluster != "":
 		addrs := splitAddrs(cluster)
 		if err := checkAddrs(addrs); err != nil {
 			return nil, fmt.Errorf("floodgate: --redis-cluster: %w", err)
 		}
-		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis-cluster", "", addrs, ""
+		return &config.StoreOverride{Type: "redis-cluster", Addrs: addrs}, nil
 	case sentinel != "":
 		master, addrs, ok := strings.Cut(sentinel, "@")
 		if !ok || master == "" || addrs == "" {
@@ -182,7 +167,35 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 		if err := checkAddrs(splitAddrs(addrs)); err != nil {
 			return nil, fmt.Errorf("floodgate: --redis-sentinel: %w", err)
 		}
-		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = "redis-sentinel", "", splitAddrs(addrs), master
+		return &config.StoreOverride{Type: "redis-sentinel", Addrs: splitAddrs(addrs), Master: master}, nil
+	}
+	return nil, nil
+}
+
+// loadConfig reads the configuration (or the built-in one) and applies the
+// flags and environment over it.
+func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) {
+	store, err := e.storeOverride(f)
+	if err != nil {
+		return nil, err
+	}
+	var cfg *config.Config
+	if path == "" {
+		cfg, err = config.ParseWith(store, builtin()...)
+	} else {
+		cfg, err = config.LoadWith(path, store)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if v := e.env(f.http, EnvHTTP); v != "" {
+		cfg.Listen.HTTP = v
+	}
+	if v := e.env(f.grpc, EnvGRPC); v != "" {
+		cfg.Listen.GRPC = v
+	}
+	if store != nil {
+		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = store.Type, store.URL, store.Addrs, store.Master
 	}
 	if f.readReplicas {
 		if cfg.Store.Type != "redis-cluster" {

@@ -207,8 +207,12 @@ func redisError(o RedisOptions, err error) error {
 		return fmt.Errorf("Redis at %s has no password set, but one was given (%s): drop --password", at, msg)
 	case o.TLS != nil && strings.Contains(msg, "x509: "):
 		return fmt.Errorf("Redis at %s: its certificate does not verify (%v): give the CA that signs it with --redis-ca-file", at, err)
-	case o.TLS != nil && strings.Contains(msg, "tls: "):
-		return fmt.Errorf("Redis at %s refused the TLS connection (%v): a server with tls-auth-clients wants --redis-cert-file and --redis-key-file", at, err)
+	case o.TLS != nil && o.TLS.Certificates == nil && o.TLS.GetClientCertificate == nil &&
+		!strings.Contains(msg, "connection refused") && !(errors.As(err, &netErr) && netErr.Timeout()):
+		// A server with tls-auth-clients refuses a client without a
+		// certificate: under TLS 1.3 after the handshake, so that the
+		// client sees "certificate required", a reset or EOF.
+		return fmt.Errorf("Redis at %s closed the TLS connection (%v): if it has tls-auth-clients, it wants --redis-cert-file and --redis-key-file", at, err)
 	case errors.As(err, &netErr) || strings.Contains(msg, "connection refused"):
 		return fmt.Errorf("cannot reach Redis at %s: %v (%s)", at, err, check)
 	}
@@ -525,7 +529,7 @@ func (t *GRPCTarget) hint(st *status.Status) string {
 	case st.Code() == codes.Unauthenticated:
 		return tokenHint(true, t.token)
 	case st.Code() != codes.Unavailable:
-	case !t.tls && strings.Contains(msg, "server preface"):
+	case !t.tls && (strings.Contains(msg, "server preface") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")):
 		// A TLS listener closes a connection whose first bytes are not a
 		// TLS handshake.
 		return " (does the gRPC listener speak TLS? add --grpc-tls)"
@@ -533,10 +537,12 @@ func (t *GRPCTarget) hint(st *status.Status) string {
 		return " (the gRPC listener speaks plaintext: drop --grpc-tls)"
 	case t.tls && strings.Contains(msg, "x509: "):
 		return " (give the CA that signs the listener's certificate with --ca-file)"
-	case t.tls && !t.cert && (strings.Contains(msg, "tls: ") || strings.Contains(msg, "connection reset by peer")):
+	case t.tls && !t.cert && !strings.Contains(msg, "connection refused"):
 		// A listener with a client CA refuses a connection without a
-		// client certificate: under TLS 1.3, after the handshake.
-		return " (a listener with a client_ca wants --cert-file and --key-file)"
+		// client certificate: under TLS 1.3 after the handshake, so that
+		// the client sees "certificate required", a reset, a broken pipe
+		// or EOF, whichever comes first.
+		return " (if the listener has a client_ca, it wants --cert-file and --key-file)"
 	}
 	return ""
 }

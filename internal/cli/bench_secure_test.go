@@ -61,7 +61,7 @@ listen:
 		{"a wrong token", nil, append(httpRun, "--ca-file", f.caFile, "--token", "wrong-token-0123456789"), 1, []string{"wrong token", "check --token"}},
 		{"a weak token", nil, append(httpRun, "--ca-file", f.caFile, "--token", "abc"), 2, []string{"--token"}},
 		{"gRPC in plaintext to its TLS listener", withToken, append(grpcRun, "--ca-file", f.caFile), 1, []string{"add --grpc-tls"}},
-		{"gRPC without the client certificate", withToken, append(grpcRun, "--ca-file", f.caFile, "--grpc-tls"), 1, []string{"wants --cert-file and --key-file"}},
+		{"gRPC without the client certificate", withToken, append(grpcRun, "--ca-file", f.caFile, "--grpc-tls"), 1, []string{"it wants --cert-file and --key-file"}},
 		{"--cert-file alone", withToken, append(grpcRun, "--ca-file", f.caFile, "--grpc-tls", "--cert-file", f.clientCertFile), 2, []string{"--cert-file and --key-file go together"}},
 		{"a CA file that is not PEM", withToken, append(httpRun, "--ca-file", tokens), 2, []string{"--ca-file " + tokens + ": no PEM certificate"}},
 		{"--grpc-tls with http", withToken, append(httpRun, "--grpc-tls"), 2, []string{"--grpc-tls applies to another target"}},
@@ -132,14 +132,14 @@ func TestBenchRedisTLS(t *testing.T) {
 		t.Errorf("the redis target over TLS: redis %+v, decisions %d: want 1 server and exactly 4 commands a decision", r, rep.Decisions)
 	}
 
+	// The TLS files in the configuration, the address from --redis (as a
+	// deployment that takes FLOODGATE_REDIS_URL from a secret has it).
 	conf := writeFile(t, "floodgate.yaml", fmt.Sprintf(`policies:
   roomy: "gcra 1000000/1s burst 1000000"
 store:
-  type: redis
-  url: rediss://%s
   tls: {ca_file: %s, cert_file: %s, key_file: %s}
-`, srv.TLSAddr, certs.CAFile, certs.ClientCert, certs.ClientKey))
-	httpAddr := serving(t, nil, "--config", filepath.Dir(conf))
+`, certs.CAFile, certs.ClientCert, certs.ClientKey))
+	httpAddr := serving(t, nil, "--config", filepath.Dir(conf), "--redis", "rediss://"+srv.TLSAddr)
 	rep = benchJSON(t, nil, append([]string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "-c", "2", "-i", "100", "--redis-stats", "-p", tlsPort}, files...)...)
 	if r := rep.Redis; r == nil || r.Servers != 1 || rep.Allowed != 200 || r.Commands < rep.Decisions || r.CPU <= 0 {
 		t.Errorf("http --redis-stats over TLS: allowed %d, redis %+v: want 200 allowed, each at least a command in the service's Redis", rep.Allowed, r)
@@ -150,7 +150,7 @@ store:
 		{"plaintext to the TLS port", nil, []string{"-p", tlsPort}, 1, []string{"Redis at 127.0.0.1:" + tlsPort + " speaks TLS: add --redis-tls"}},
 		{"TLS to the plain port", nil, append([]string{"-p", plainPort}, files...), 1, []string{"Redis at 127.0.0.1:" + plainPort + " answers without TLS: drop --redis-tls"}},
 		{"--redis-stats: plaintext to the TLS port", nil, []string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "--redis-stats", "-p", tlsPort}, 1, []string{"--redis-stats", "speaks TLS: add --redis-tls"}},
-		{"without the client certificate", nil, []string{"-p", tlsPort, "--redis-ca-file", certs.CAFile}, 1, []string{"wants --redis-cert-file and --redis-key-file"}},
+		{"without the client certificate", nil, []string{"-p", tlsPort, "--redis-ca-file", certs.CAFile}, 1, []string{"it wants --redis-cert-file and --redis-key-file"}},
 		{"without the CA", nil, []string{"-p", tlsPort, "--redis-tls"}, 1, []string{"x509", "--redis-ca-file"}},
 		{"--redis-key-file alone", nil, []string{"-p", tlsPort, "--redis-key-file", certs.ClientKey}, 2, []string{"--redis-cert-file and --redis-key-file go together"}},
 		{"--redis-tls with http, without --redis-stats", nil, []string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "--redis-tls"}, 2, []string{"--redis-tls names the Redis", "add --redis-stats"}},

@@ -748,3 +748,34 @@ func TestRedisStats(t *testing.T) {
 		t.Errorf("after REPLICAOF: Changed %q, want the server named as a replica", d.Changed)
 	}
 }
+
+// TestRedisStatsSentinel: behind sentinels, Reads go to the master they
+// name; after a failover the master is named as changed, so the run's
+// figures are left out rather than mixing two servers' counters.
+func TestRedisStatsSentinel(t *testing.T) {
+	sn := redistest.StartSentinel(t)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sn.MasterName, SentinelAddrs: sn.Addrs})
+	defer c.Close()
+	ctx := context.Background()
+	st := NewRedisStats(c)
+	st.master = sn.MasterName
+	a, err := st.Read(ctx)
+	if err != nil || a.Servers != 1 || a.Changed != "" {
+		t.Fatalf("the first Read: %+v, %v", a, err)
+	}
+	sn.Sentinels[0].Must(t, "SENTINEL", "FAILOVER", sn.MasterName)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := st.Read(ctx)
+		if err == nil && b.Changed != "" {
+			if !strings.Contains(b.Changed, `the master "mymaster"`) {
+				t.Errorf("after the failover: Changed %q, want the master named", b.Changed)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after SENTINEL FAILOVER the Reads still see the same master (last: %+v, %v)", b, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

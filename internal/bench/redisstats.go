@@ -42,8 +42,9 @@ type ServerCounters struct {
 	runID, role string // one server's, from its INFO
 }
 
-// RedisStats reads Redis's INFO: of one server, or of every master of a
-// Cluster as its first Read found them. Each Read is one INFO a server,
+// RedisStats reads Redis's INFO: of one server (behind sentinels, the
+// master they name at each Read), or of every master of a Cluster as its
+// first Read found them. Each Read is one INFO a server,
 // which it leaves out of what it returns (one command and one read a
 // server for each earlier Read), so that the difference of two Reads is
 // everything else the servers did in between. A server that restarted
@@ -52,6 +53,7 @@ type ServerCounters struct {
 // Reads that overlap may count each other.
 type RedisStats struct {
 	client redis.UniversalClient
+	master string // the name of the master a Sentinel client reaches, or ""
 	mu     sync.Mutex
 	nodes  []*statsNode // the servers of the first Read
 	reads  int64        // Reads done
@@ -60,6 +62,7 @@ type RedisStats struct {
 // statsNode is one server RedisStats reads, with what its first Read found.
 type statsNode struct {
 	client      *redis.Client
+	name        string // its address, or the master's name behind sentinels
 	runID, role string
 }
 
@@ -85,7 +88,7 @@ func (s *RedisStats) Read(ctx context.Context) (ServerCounters, error) {
 	sum := ServerCounters{}
 	var changed []string
 	for _, n := range s.nodes {
-		addr := n.client.Options().Addr
+		addr := n.name
 		text, err := n.client.Info(ctx).Result()
 		if err != nil {
 			return ServerCounters{}, fmt.Errorf("INFO on %s: %w", addr, err)
@@ -97,6 +100,8 @@ func (s *RedisStats) Read(ctx context.Context) (ServerCounters, error) {
 		switch {
 		case n.runID == "":
 			n.runID, n.role = c.runID, c.role
+		case c.runID != n.runID && s.master != "":
+			changed = append(changed, addr+" is another server now, or restarted (a failover?)")
 		case c.runID != n.runID:
 			changed = append(changed, addr+" restarted")
 		case c.role != n.role:
@@ -120,7 +125,13 @@ func (s *RedisStats) Read(ctx context.Context) (ServerCounters, error) {
 func (s *RedisStats) servers(ctx context.Context) ([]*statsNode, error) {
 	switch c := s.client.(type) {
 	case *redis.Client:
-		return []*statsNode{{client: c}}, nil
+		name := c.Options().Addr
+		if s.master != "" {
+			// A Sentinel client: INFO goes to the master the sentinels
+			// name at each call.
+			name = fmt.Sprintf("the master %q", s.master)
+		}
+		return []*statsNode{{client: c, name: name}}, nil
 	case *redis.ClusterClient:
 		var (
 			mu    sync.Mutex // ForEachMaster runs a goroutine per master
@@ -129,7 +140,7 @@ func (s *RedisStats) servers(ctx context.Context) ([]*statsNode, error) {
 		err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			mu.Lock()
 			defer mu.Unlock()
-			nodes = append(nodes, &statsNode{client: m})
+			nodes = append(nodes, &statsNode{client: m, name: m.Options().Addr})
 			return nil
 		})
 		if err != nil {

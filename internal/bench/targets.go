@@ -39,6 +39,12 @@ type RedisOptions struct {
 	// ClusterAddrs, when set, are seed nodes of a Redis Cluster (host:port
 	// each), reached instead of Addr.
 	ClusterAddrs []string
+	// SentinelMaster, when set, is the name of a master that the Redis
+	// Sentinels at SentinelAddrs (host:port each) monitor, reached instead
+	// of Addr: the master they name, and after a failover the one they
+	// name then.
+	SentinelMaster string
+	SentinelAddrs  []string
 	// Username and Password authenticate (ACL user, or the default user
 	// when Username is empty); empty means no authentication.
 	Username, Password string
@@ -88,6 +94,7 @@ func OpenRedis(ctx context.Context, o RedisOptions, p *floodgate.Policy) (*Redis
 // checkStats'.
 func (t *RedisTarget) Stats(ctx context.Context) (*RedisStats, error) {
 	st := NewRedisStats(t.client)
+	st.master = t.opts.SentinelMaster
 	if err := checkStats(ctx, st, t.opts); err != nil {
 		return nil, err
 	}
@@ -104,6 +111,7 @@ func OpenRedisStats(ctx context.Context, o RedisOptions) (*RedisStats, io.Closer
 		return nil, nil, err
 	}
 	st := NewRedisStats(client)
+	st.master = o.SentinelMaster
 	if err := checkStats(ctx, st, o); err != nil {
 		client.Close()
 		return nil, nil, err
@@ -143,7 +151,18 @@ func dialRedis(ctx context.Context, o RedisOptions) (redis.UniversalClient, erro
 	// context bounds every call (redisstore's package documentation);
 	// DialerRetries 1: a refused connection fails at once.
 	var client redis.UniversalClient
-	if len(o.ClusterAddrs) > 0 {
+	switch {
+	case o.SentinelMaster != "":
+		// The sentinels are asked without the master's credentials, as
+		// floodgate serve asks them.
+		client = redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
+			Username: o.Username, Password: o.Password,
+			MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1,
+			DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			PoolSize: max(o.PoolSize, 1), TLSConfig: o.TLS,
+		})
+	case len(o.ClusterAddrs) > 0:
 		// A pool of PoolSize per master; the slot map is read again
 		// every 500 ms, as floodgate serve does.
 		client = redis.NewClusterClient(&redis.ClusterOptions{
@@ -153,7 +172,7 @@ func dialRedis(ctx context.Context, o RedisOptions) (redis.UniversalClient, erro
 			PoolSize: max(o.PoolSize, 1), ClusterStateReloadInterval: 500 * time.Millisecond,
 			TLSConfig: o.TLS,
 		})
-	} else {
+	default:
 		client = redis.NewClient(&redis.Options{
 			Addr: o.Addr, Username: o.Username, Password: o.Password,
 			MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1,
@@ -170,9 +189,13 @@ func dialRedis(ctx context.Context, o RedisOptions) (redis.UniversalClient, erro
 	return client, nil
 }
 
-// where names the server, or the cluster's seed nodes.
+// where names the server, the cluster's seed nodes, or the master and
+// its sentinels.
 func (o *RedisOptions) where() string {
-	if len(o.ClusterAddrs) > 0 {
+	switch {
+	case o.SentinelMaster != "":
+		return fmt.Sprintf("the master %q of the sentinels %s", o.SentinelMaster, strings.Join(o.SentinelAddrs, ","))
+	case len(o.ClusterAddrs) > 0:
 		return "the cluster of " + strings.Join(o.ClusterAddrs, ",")
 	}
 	return o.Addr
@@ -190,7 +213,10 @@ func (o *RedisOptions) who() string {
 func redisError(o RedisOptions, err error) error {
 	at := o.where()
 	check := "check --host and --port"
-	if len(o.ClusterAddrs) > 0 {
+	switch {
+	case o.SentinelMaster != "":
+		check = "check --redis-sentinel"
+	case len(o.ClusterAddrs) > 0:
 		check = "check --redis-cluster"
 	}
 	msg := err.Error()
@@ -213,7 +239,7 @@ func redisError(o RedisOptions, err error) error {
 		// certificate: under TLS 1.3 after the handshake, so that the
 		// client sees "certificate required", a reset or EOF.
 		return fmt.Errorf("Redis at %s closed the TLS connection (%v): if it has tls-auth-clients, it wants --redis-cert-file and --redis-key-file", at, err)
-	case errors.As(err, &netErr) || strings.Contains(msg, "connection refused"):
+	case errors.As(err, &netErr) || strings.Contains(msg, "connection refused") || strings.Contains(msg, "sentinels specified in configuration are unreachable"):
 		return fmt.Errorf("cannot reach Redis at %s: %v (%s)", at, err, check)
 	}
 	return fmt.Errorf("Redis at %s: %v", at, err)

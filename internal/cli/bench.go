@@ -47,7 +47,7 @@ func (d *descriptorFlag) Set(v string) error {
 type benchFlags struct {
 	target                          string
 	host, user, password            string
-	redisCluster                    string
+	redisCluster, redisSentinel     string
 	port                            int
 	url, addr, policyName, domain   string
 	descriptor                      descriptorFlag
@@ -78,7 +78,8 @@ loudly, with exit status 4.
 
 Targets:
   redis  straight to Redis through the Redis store (--host, --port, or
-         --redis-cluster for a Redis Cluster; --user, --password), with the
+         --redis-cluster for a Redis Cluster, --redis-sentinel for a master
+         behind Sentinel; --user, --password), with the
          policy of --policy, or of --algorithm and its parameters; by default
          the seed's fixed window of --threshold requests per minute per key.
          Keys go under the prefix fg-bench. The seed generator's short flags
@@ -119,6 +120,7 @@ func (e *environ) bench(args []string) int {
 	fs.StringVar(&f.user, "user", "", "redis (and --redis-stats): the ACL `user` to authenticate as (default: the default user)")
 	fs.StringVar(&f.password, "password", "", "redis (and --redis-stats): the `password` to authenticate with")
 	fs.StringVar(&f.redisCluster, "redis-cluster", "", "redis (and --redis-stats): a Redis Cluster's seed `nodes`, host:port,host:port…, instead of --host and --port")
+	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "redis (and --redis-stats): the master `MASTER@host:port,host:port…` that these Redis Sentinels name, instead of --host and --port")
 	fs.BoolVar(&f.redisTLS, "redis-tls", false, "redis (and --redis-stats): dial Redis with TLS, verified against the system's CAs or --redis-ca-file (on when a --redis-ca-file or --redis-cert-file is given)")
 	fs.StringVar(&f.redisCAFile, "redis-ca-file", "", "redis (and --redis-stats): CA certificates (PEM `file`) to verify Redis's certificate with, instead of the system's")
 	fs.StringVar(&f.redisCert, "redis-cert-file", "", "redis (and --redis-stats): client certificate (PEM `file`) for a Redis with tls-auth-clients")
@@ -301,7 +303,7 @@ func (e *environ) benchConfig(f *benchFlags, set map[string]bool) (bench.Config,
 
 // redisConn are the flags that name a Redis: the redis target's, or the
 // service's with --redis-stats.
-var redisConn = []string{"host", "port", "user", "password", "redis-cluster",
+var redisConn = []string{"host", "port", "user", "password", "redis-cluster", "redis-sentinel",
 	"redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file"}
 
 // serviceAccess are the flags of the service's token and TLS.
@@ -371,17 +373,25 @@ func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (be
 		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	o.TLS = cfg
-	if set["redis-cluster"] {
-		if set["host"] || set["port"] {
-			return o, e.usageErr("give --redis-cluster, or --host and --port, not both")
+	switch {
+	case set["redis-cluster"] && set["redis-sentinel"]:
+		return o, e.usageErr("give --redis-cluster or --redis-sentinel, not both")
+	case (set["redis-cluster"] || set["redis-sentinel"]) && (set["host"] || set["port"]):
+		return o, e.usageErr("give --%s, or --host and --port, not both", map[bool]string{true: "redis-cluster", false: "redis-sentinel"}[set["redis-cluster"]])
+	case set["redis-cluster"]:
+		addrs, ok := hostPorts(f.redisCluster)
+		if !ok {
+			return o, e.usageErr("--redis-cluster %q: want host:port seed nodes, comma separated", f.redisCluster)
 		}
-		for _, a := range strings.Split(f.redisCluster, ",") {
-			a = strings.TrimSpace(a)
-			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-				return o, e.usageErr("--redis-cluster %q: want host:port seed nodes, comma separated", f.redisCluster)
-			}
-			o.ClusterAddrs = append(o.ClusterAddrs, a)
+		o.ClusterAddrs = addrs
+		return o, -1
+	case set["redis-sentinel"]:
+		master, list, _ := strings.Cut(f.redisSentinel, "@")
+		addrs, ok := hostPorts(list)
+		if master == "" || !ok {
+			return o, e.usageErr("--redis-sentinel %q: want MASTER@host:port,host:port…, the master's name and its sentinels", f.redisSentinel)
 		}
+		o.SentinelMaster, o.SentinelAddrs = master, addrs
 		return o, -1
 	}
 	if f.port < 1 || f.port > 65535 {
@@ -394,12 +404,31 @@ func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (be
 	return o, -1
 }
 
+// hostPorts splits a comma-separated list of host:port addresses; ok is
+// false when one is not host:port.
+func hostPorts(list string) (addrs []string, ok bool) {
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return nil, false
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, true
+}
+
 // redisMismatch returns err, a failed first contact with the Redis of o,
 // or in its place one that says so when that Redis (its first seed node)
 // speaks the other protocol than the one dialed: TLS, or plaintext.
 func (e *environ) redisMismatch(o bench.RedisOptions, err error) error {
 	addr := o.Addr
-	if addr == "" {
+	switch {
+	case o.SentinelMaster != "":
+		addr = o.SentinelAddrs[0]
+		if u := unknownMaster(e.ctx, &redis.FailoverOptions{MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs, TLSConfig: o.TLS}); u != nil {
+			return fmt.Errorf("--redis-sentinel: %w", u)
+		}
+	case addr == "":
 		addr = o.ClusterAddrs[0]
 	}
 	switch {
@@ -451,7 +480,10 @@ func (e *environ) benchTarget(f *benchFlags, set map[string]bool, conc int) (ben
 			return nil, info, nil, nil, e.errorf("bench: %v", e.redisMismatch(o, err))
 		}
 		addr := o.Addr
-		if addr == "" {
+		switch {
+		case o.SentinelMaster != "":
+			addr = "sentinel " + o.SentinelMaster + "@" + strings.Join(o.SentinelAddrs, ",")
+		case addr == "":
 			addr = "cluster " + strings.Join(o.ClusterAddrs, ",")
 		}
 		info = bench.TargetInfo{Kind: "redis", Address: addr, PolicyName: p.Name, Policy: p.String()}

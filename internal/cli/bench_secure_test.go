@@ -156,3 +156,36 @@ store:
 		{"--redis-tls with http, without --redis-stats", nil, []string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "--redis-tls"}, 2, []string{"--redis-tls names the Redis", "add --redis-stats"}},
 	})
 }
+
+// TestBenchRedisSentinel: the redis target reaches a master behind Redis
+// Sentinel (--redis-sentinel), exactly, with that master's figures;
+// --redis-stats reads the master of a service on Sentinel; a master name
+// the sentinels do not monitor fails at once, naming those they do; a
+// malformed or doubled address is a usage error.
+func TestBenchRedisSentinel(t *testing.T) {
+	t.Parallel()
+	sn := redistest.StartSentinel(t)
+	at := sn.MasterName + "@" + strings.Join(sn.Addrs, ",")
+	rep := benchJSON(t, nil, "--redis-sentinel", at, "-c", "2", "-i", "100", "-t", "1000000")
+	wantExact(t, rep, "the redis target behind sentinels", false)
+	// The sentinels and the replica talk to the master too: at least the
+	// function's 4 commands a decision.
+	if r := rep.Redis; r == nil || r.Servers != 1 || rep.Allowed != 200 || r.Commands < 4*rep.Decisions {
+		t.Errorf("the redis target behind sentinels: allowed %d, redis %+v: want 200 allowed, 1 server, at least 4 commands a decision", rep.Allowed, r)
+	}
+
+	conf := writeFile(t, "floodgate.yaml", "policies:\n  roomy: \"gcra 1000000/1s burst 1000000\"\n")
+	httpAddr := serving(t, nil, "--config", filepath.Dir(conf), "--redis-sentinel", at)
+	rep = benchJSON(t, nil, "--target", "http", "--url", httpAddr, "--policy-name", "roomy", "-c", "2", "-i", "100", "--redis-stats", "--redis-sentinel", at)
+	if r := rep.Redis; r == nil || r.Servers != 1 || rep.Allowed != 200 || r.Commands < rep.Decisions {
+		t.Errorf("http --redis-stats behind sentinels: allowed %d, redis %+v: want 200 allowed, each at least a command in the master", rep.Allowed, r)
+	}
+
+	wantBenchFailures(t, []string{"-i", "1", "--timeout", "3s"}, "", []benchFailure{
+		{"a master the sentinels do not monitor", nil, []string{"--redis-sentinel", "nosuch@" + strings.Join(sn.Addrs, ",")}, 1,
+			[]string{"--redis-sentinel", `none monitors a master named "nosuch" (they monitor "mymaster")`}},
+		{"no master name", nil, []string{"--redis-sentinel", strings.Join(sn.Addrs, ",")}, 2, []string{"want MASTER@host:port,host:port"}},
+		{"with --redis-cluster", nil, []string{"--redis-sentinel", at, "--redis-cluster", sn.Addrs[0]}, 2, []string{"give --redis-cluster or --redis-sentinel, not both"}},
+		{"with --port", nil, []string{"--redis-sentinel", at, "-p", "6379"}, 2, []string{"give --redis-sentinel, or --host and --port, not both"}},
+	})
+}

@@ -350,10 +350,17 @@ func otherProtocol(ctx context.Context, addr string, tlsDialed bool) bool {
 // says so, with the names the sentinels do monitor, or nil when a sentinel
 // knows the name or none answers.
 func (st *openedStore) masterUnknown(ctx context.Context) error {
-	o := st.sentinel
-	if o == nil {
+	if st.sentinel == nil {
 		return nil
 	}
+	return unknownMaster(ctx, st.sentinel)
+}
+
+// unknownMaster asks the sentinels of o whether they monitor a master
+// named o.MasterName, and returns the error that says they answer but do
+// not (with the names they do monitor), or nil when one knows it or none
+// answers.
+func unknownMaster(ctx context.Context, o *redis.FailoverOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	answered := 0

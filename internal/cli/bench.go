@@ -376,8 +376,10 @@ func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (be
 	switch {
 	case set["redis-cluster"] && set["redis-sentinel"]:
 		return o, e.usageErr("give --redis-cluster or --redis-sentinel, not both")
-	case (set["redis-cluster"] || set["redis-sentinel"]) && (set["host"] || set["port"]):
-		return o, e.usageErr("give --%s, or --host and --port, not both", map[bool]string{true: "redis-cluster", false: "redis-sentinel"}[set["redis-cluster"]])
+	case set["redis-cluster"] && (set["host"] || set["port"]):
+		return o, e.usageErr("give --redis-cluster, or --host and --port, not both")
+	case set["redis-sentinel"] && (set["host"] || set["port"]):
+		return o, e.usageErr("give --redis-sentinel, or --host and --port, not both")
 	case set["redis-cluster"]:
 		addrs, ok := hostPorts(f.redisCluster)
 		if !ok {

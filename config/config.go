@@ -442,6 +442,8 @@ func Load(path string) (*Config, error) {
 // as is store.read_from_replicas with --redis-cluster. (store.max_keys of a
 // memory store stays valid, and unused, under --redis.)
 type StoreOverride struct {
+	// From names where it comes from (such as "--redis"), for messages.
+	From string
 	// Type is redis, redis-cluster or redis-sentinel.
 	Type string
 	// URL is a redis store's URL; Addrs the seed nodes or the sentinels;
@@ -567,6 +569,11 @@ func ParseWith(o *StoreOverride, srcs ...Source) (*Config, error) {
 		}
 		native = src.Name
 		r.native(root, cfg)
+	}
+	if o != nil {
+		// As store() applied it, for files without a store section too,
+		// before the domains are judged against the store.
+		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = o.Type, o.URL, o.Addrs, o.Master
 	}
 	cfg.withDefaults()
 	checkDomains(c, cfg)
@@ -1068,7 +1075,7 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 		s.Type, s.URL, s.Addrs, s.Master = o.Type, o.URL, o.Addrs, o.Master
 	}
 	if s.ReadFromReplicas && s.Type != "redis-cluster" {
-		r.errorf(line("read_from_replicas"), "store.read_from_replicas", "applies to type redis-cluster only (a Cluster's replicas), found type %q", or(s.Type, "memory"))
+		r.errorf(line("read_from_replicas"), "store.read_from_replicas", "applies to type redis-cluster only (a Cluster's replicas), found type %q%s", or(s.Type, "memory"), r.overridden())
 	}
 	if s.Counters && s.Clock != "service" {
 		r.errorf(line("counters"), "store.counters", "needs store.clock: service (a counter's window is chosen by this process's clock before Redis is asked), found store.clock %s", or(s.Clock, "redis"))
@@ -1077,7 +1084,7 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 		r.errorf(line("max_keys"), "store.max_keys", "applies to the memory store only")
 	}
 	if t := s.TLS; (t.CAFile != "" || t.CertFile != "" || t.ServerName != "") && !s.UsesTLS() {
-		r.errorf(line("tls"), "store.tls", "settings without TLS: set store.tls.enabled, or write the url or addrs rediss://")
+		r.errorf(line("tls"), "store.tls", "settings without TLS: set store.tls.enabled, or write the url or addrs rediss://%s", r.overridden())
 	}
 	if s.UsesTLS() && (s.Type == "memory" || s.Type == "") {
 		r.errorf(line("tls"), "store.tls", "the memory store has no connection to encrypt")
@@ -1088,6 +1095,16 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 	if s.Prefix != "" && strings.ContainsAny(s.Prefix, "{}*?[]\\ ") {
 		r.errorf(line("prefix"), "store.prefix", "want letters, digits and _ . - / : only, found %q", s.Prefix)
 	}
+}
+
+// overridden says, for a message, that the store's kind and addresses
+// are those of a flag or variable (StoreOverride.From); "" when they are
+// the files'.
+func (r *reader) overridden() string {
+	if r.override == nil || r.override.From == "" {
+		return ""
+	}
+	return " (the store is " + r.override.From + "'s, not the file's)"
 }
 
 // UsesTLS reports whether the store connects over TLS: store.tls.enabled,

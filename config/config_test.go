@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -1132,6 +1133,8 @@ func TestStoreOverride(t *testing.T) {
 		{"TLS settings with --redis redis://", tlsFile, &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6380"}, "f.yaml:5: store.tls: settings without TLS"},
 		{"replicas with --redis-cluster", "store:\n  type: redis\n  url: redis://r:6379\n  read_from_replicas: true\n", &StoreOverride{Type: "redis-cluster", Addrs: []string{"127.0.0.1:7000"}}, ""},
 		{"replicas with --redis", "store:\n  read_from_replicas: true\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6379"}, `f.yaml:4: store.read_from_replicas: applies to type redis-cluster only (a Cluster's replicas), found type "redis"`},
+		{"no store section with --redis-cluster", "", &StoreOverride{Type: "redis-cluster", Addrs: []string{"127.0.0.1:7000"}}, ""},
+		{"the flag named", "store:\n  read_from_replicas: true\n", &StoreOverride{From: "FLOODGATE_REDIS_URL", Type: "redis", URL: "redis://127.0.0.1:6379"}, `found type "redis" (the store is FLOODGATE_REDIS_URL's, not the file's)`},
 		{"max_keys of memory with --redis", "store:\n  type: memory\n  max_keys: 1000\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6379"}, ""},
 		{"max_keys of redis", "store:\n  url: redis://r:6379\n  max_keys: 1000\n", nil, "f.yaml:5: store.max_keys: applies to the memory store only"},
 	} {
@@ -1141,7 +1144,7 @@ func TestStoreOverride(t *testing.T) {
 			t.Errorf("%s: %v", c.what, err)
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: error %v, want %q", c.what, err, c.want)
-		case c.want == "" && c.o != nil && (cfg.Store.Type != c.o.Type || cfg.Store.URL != c.o.URL):
+		case c.want == "" && c.o != nil && (cfg.Store.Type != c.o.Type || cfg.Store.URL != c.o.URL || !slices.Equal(cfg.Store.Addrs, c.o.Addrs)):
 			t.Errorf("%s: store %s %q, want the override's", c.what, cfg.Store.Type, cfg.Store.URL)
 		}
 	}

@@ -498,11 +498,19 @@ func TestCheckSecurity(t *testing.T) {
 		{map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "listen:\n  http_tls: {cert: /nonexistent.crt, key: /nonexistent.key}\n")}, "listen.http_tls: certs: unusable TLS files"},
 		{map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "clients:\n  tokens_file: /nonexistent\n")}, "clients.tokens_file: auth: invalid tokens file"},
 		{map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "store:\n  timeout: 1000h\n")}, "store.timeout: want at most 1m0s"},
+		{map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "store:\n  tls: {server_name: redis.example}\n"), cli.EnvRedisURL: "redis://127.0.0.1:6380"},
+			"store.tls: settings without TLS: set store.tls.enabled, or write the url or addrs rediss:// (the store is FLOODGATE_REDIS_URL's, not the file's)"},
 	} {
 		code, out, errOut := run(t, c.env, "check")
 		if code != 1 || out != "" || !strings.Contains(errOut, c.want) {
 			t.Errorf("check with %v: exit %d, %q %q; want 1 and %q", c.env, code, out, errOut, c.want)
 		}
+	}
+	// The file's TLS settings with the store's URL from the environment,
+	// as a deployment that keeps the URL in a secret has them.
+	tlsStore := map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "store:\n  tls: {server_name: redis.example}\n"), cli.EnvRedisURL: "rediss://127.0.0.1:6380"}
+	if code, out, errOut := run(t, tlsStore, "check"); code != 0 || !strings.Contains(out, "store: redis (rediss://127.0.0.1:6380), TLS") {
+		t.Errorf("check with store.tls and FLOODGATE_REDIS_URL=rediss://: exit %d, %q %q; want 0 and the store on TLS", code, out, errOut)
 	}
 	f := newTLSFiles(t)
 	conf := writeFile(t, "f.yaml", fmt.Sprintf("admin:\n  allow_loopback: true\nlisten:\n  grpc_tls: {cert: %s, key: %s, client_ca: %s}\n", f.cert, f.key, f.caFile))

@@ -138,6 +138,13 @@ func (e *environ) serve(args []string) int {
 // files'; nil when none is given.
 func (e *environ) storeOverride(f serveFlags) (*config.StoreOverride, error) {
 	redisURL, cluster, sentinel := e.env(f.redisURL, EnvRedisURL), e.env(f.redisCluster, EnvRedisCluster), e.env(f.redisSentinel, EnvRedisSentinel)
+	// from names the flag, or else the variable, a store came from.
+	from := func(flagValue, flag, env string) string {
+		if flagValue != "" {
+			return flag
+		}
+		return env
+	}
 	given := 0
 	for _, v := range []string{redisURL, cluster, sentinel} {
 		if v != "" {
@@ -152,13 +159,13 @@ func (e *environ) storeOverride(f serveFlags) (*config.StoreOverride, error) {
 		if err := config.CheckRedisURL(redisURL); err != nil {
 			return nil, fmt.Errorf("floodgate: --redis: %w", err)
 		}
-		return &config.StoreOverride{Type: "redis", URL: redisURL}, nil
+		return &config.StoreOverride{From: from(f.redisURL, "--redis", EnvRedisURL), Type: "redis", URL: redisURL}, nil
 	case cluster != "":
 		addrs := splitAddrs(cluster)
 		if err := checkAddrs(addrs); err != nil {
 			return nil, fmt.Errorf("floodgate: --redis-cluster: %w", err)
 		}
-		return &config.StoreOverride{Type: "redis-cluster", Addrs: addrs}, nil
+		return &config.StoreOverride{From: from(f.redisCluster, "--redis-cluster", EnvRedisCluster), Type: "redis-cluster", Addrs: addrs}, nil
 	case sentinel != "":
 		master, addrs, ok := strings.Cut(sentinel, "@")
 		if !ok || master == "" || addrs == "" {
@@ -167,7 +174,7 @@ func (e *environ) storeOverride(f serveFlags) (*config.StoreOverride, error) {
 		if err := checkAddrs(splitAddrs(addrs)); err != nil {
 			return nil, fmt.Errorf("floodgate: --redis-sentinel: %w", err)
 		}
-		return &config.StoreOverride{Type: "redis-sentinel", Addrs: splitAddrs(addrs), Master: master}, nil
+		return &config.StoreOverride{From: from(f.redisSentinel, "--redis-sentinel", EnvRedisSentinel), Type: "redis-sentinel", Addrs: splitAddrs(addrs), Master: master}, nil
 	}
 	return nil, nil
 }

@@ -768,7 +768,7 @@ func TestRedisStatsSentinel(t *testing.T) {
 	for {
 		b, err := st.Read(ctx)
 		if err == nil && b.Changed != "" {
-			if !strings.Contains(b.Changed, `the master "mymaster"`) {
+			if !strings.Contains(b.Changed, `the master "`+sn.MasterName+`"`) {
 				t.Errorf("after the failover: Changed %q, want the master named", b.Changed)
 			}
 			break

@@ -233,8 +233,7 @@ func redisError(o RedisOptions, err error) error {
 		return fmt.Errorf("Redis at %s has no password set, but one was given (%s): drop --password", at, msg)
 	case o.TLS != nil && strings.Contains(msg, "x509: "):
 		return fmt.Errorf("Redis at %s: its certificate does not verify (%v): give the CA that signs it with --redis-ca-file", at, err)
-	case o.TLS != nil && o.TLS.Certificates == nil && o.TLS.GetClientCertificate == nil &&
-		!strings.Contains(msg, "connection refused") && !(errors.As(err, &netErr) && netErr.Timeout()):
+	case o.TLS != nil && o.TLS.Certificates == nil && o.TLS.GetClientCertificate == nil && transportError(msg):
 		// A server with tls-auth-clients refuses a client without a
 		// certificate: under TLS 1.3 after the handshake, so that the
 		// client sees "certificate required", a reset or EOF.
@@ -555,7 +554,7 @@ func (t *GRPCTarget) hint(st *status.Status) string {
 	case st.Code() == codes.Unauthenticated:
 		return tokenHint(true, t.token)
 	case st.Code() != codes.Unavailable:
-	case !t.tls && (strings.Contains(msg, "server preface") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")):
+	case !t.tls && transportError(msg):
 		// A TLS listener closes a connection whose first bytes are not a
 		// TLS handshake.
 		return " (does the gRPC listener speak TLS? add --grpc-tls)"
@@ -563,7 +562,7 @@ func (t *GRPCTarget) hint(st *status.Status) string {
 		return " (the gRPC listener speaks plaintext: drop --grpc-tls)"
 	case t.tls && strings.Contains(msg, "x509: "):
 		return " (give the CA that signs the listener's certificate with --ca-file)"
-	case t.tls && !t.cert && !strings.Contains(msg, "connection refused"):
+	case t.tls && !t.cert && transportError(msg):
 		// A listener with a client CA refuses a connection without a
 		// client certificate: under TLS 1.3 after the handshake, so that
 		// the client sees "certificate required", a reset, a broken pipe
@@ -571,6 +570,19 @@ func (t *GRPCTarget) hint(st *status.Status) string {
 		return " (if the listener has a client_ca, it wants --cert-file and --key-file)"
 	}
 	return ""
+}
+
+// transportError reports whether msg is that of a connection the other
+// side closed or refused to speak on (a preface or handshake that failed,
+// a reset, a broken pipe, EOF, a certificate it asked for), as opposed to
+// an answer of the service (its store unavailable, say) or a refused dial.
+func transportError(msg string) bool {
+	for _, s := range []string{"server preface", "certificate required", "connection reset", "broken pipe", "EOF"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // Close closes the connection.

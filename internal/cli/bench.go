@@ -155,7 +155,7 @@ func (e *environ) bench(args []string) int {
 	fs.Int64Var(&f.cost, "cost", 1, "the `units` each request costs")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long one request may take")
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON (docs/bench.md gives the schema)")
-	fs.BoolVar(&f.redisStats, "redis-stats", false, "report what the run cost Redis (CPU, commands and reads a decision, from its INFO before and after the run): on by default with --target redis (--redis-stats=false turns it off); with http or grpc, of the service's Redis, named as for the redis target (--host and --port, or --redis-cluster; --user, --password)")
+	fs.BoolVar(&f.redisStats, "redis-stats", false, "report what the run cost Redis (CPU, commands and reads a decision, from its INFO before and after the run): on by default with --target redis (--redis-stats=false turns it off); with http or grpc, of the service's Redis, named as for the redis target (--host and --port, --redis-cluster or --redis-sentinel; --user, --password; --redis-tls and its files)")
 	fs.StringVar(&f.progress, "progress", "auto", "progress `mode` on stderr: auto (a line redrawn on a terminal, else plain lines), tty, lines or off")
 	fs.DurationVar(&f.every, "progress-every", time.Second, "how often a progress line is printed when not on a terminal")
 	// The seed generator's short flags (its --help: -p, -u, -P, -c, -i,
@@ -317,6 +317,14 @@ func (e *environ) access(f *benchFlags) (bench.Access, error) {
 	if err != nil {
 		return bench.Access{}, err
 	}
+	// The files are for TLS: refuse them where nothing speaks it, rather
+	// than ignore them.
+	if url := e.serviceURL(f); (f.caFile != "" || f.certFile != "") && !f.grpcTLS && !strings.HasPrefix(strings.TrimSpace(url), "https://") {
+		if f.target == "grpc" {
+			return bench.Access{}, fmt.Errorf("--ca-file and --cert-file are for TLS, which neither the gRPC connection (add --grpc-tls) nor the service's URL %s (write https://) speaks", url)
+		}
+		return bench.Access{}, fmt.Errorf("--ca-file and --cert-file are for TLS, which the service's URL %s does not speak: write https://, or drop them", url)
+	}
 	cfg, err := tlsFiles("", f.caFile, f.certFile, f.keyFile)
 	return bench.Access{Token: token, TLS: cfg, GRPCTLS: f.grpcTLS}, err
 }
@@ -360,16 +368,19 @@ func (e *environ) benchServer(f *benchFlags, set map[string]bool, target bench.T
 	return st, c, "", -1
 }
 
-// redisOptions reads the flags that name a Redis: --host and --port, or
-// --redis-cluster; --user, --password. pool is the connections' pool size
-// (a Cluster's: per master).
+// redisOptions reads the flags that name a Redis: --host and --port,
+// --redis-cluster or --redis-sentinel; --user, --password; --redis-tls and
+// its files. pool is the connections' pool size (a Cluster's: per master).
 func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (bench.RedisOptions, int) {
 	o := bench.RedisOptions{Username: f.user, Password: f.password, Timeout: f.timeout, PoolSize: pool}
 	cfg, err := tlsFiles("redis-", f.redisCAFile, f.redisCert, f.redisKey)
 	if err != nil {
 		return o, e.usageErr("%v", err)
 	}
-	if cfg == nil && f.redisTLS {
+	switch {
+	case cfg != nil && set["redis-tls"] && !f.redisTLS:
+		return o, e.usageErr("--redis-tls=false with --redis-ca-file or --redis-cert-file: those are for TLS; drop them, or --redis-tls=false")
+	case cfg == nil && f.redisTLS:
 		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	o.TLS = cfg

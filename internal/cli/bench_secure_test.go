@@ -56,7 +56,7 @@ listen:
 
 	wantBenchFailures(t, []string{"--timeout", "10s"}, token, []benchFailure{
 		{"https without its CA", withToken, httpRun, 1, []string{"x509", "--ca-file"}},
-		{"http:// to the HTTPS listener", withToken, append(slicesWith(httpRun, "--url", "http://"+s.http), "--ca-file", f.caFile), 1, []string{"HTTP 400", "write the URL https://"}},
+		{"http:// to the HTTPS listener", withToken, slicesWith(httpRun, "--url", "http://"+s.http), 1, []string{"HTTP 400", "write the URL https://"}},
 		{"no token", nil, append(httpRun, "--ca-file", f.caFile), 1, []string{"HTTP 401", "give --token, or set FLOODGATE_TOKEN"}},
 		{"a wrong token", nil, append(httpRun, "--ca-file", f.caFile, "--token", "wrong-token-0123456789"), 1, []string{"wrong token", "check --token"}},
 		{"a weak token", nil, append(httpRun, "--ca-file", f.caFile, "--token", "abc"), 2, []string{"--token"}},
@@ -65,6 +65,8 @@ listen:
 		{"--cert-file alone", withToken, append(grpcRun, "--ca-file", f.caFile, "--grpc-tls", "--cert-file", f.clientCertFile), 2, []string{"--cert-file and --key-file go together"}},
 		{"a CA file that is not PEM", withToken, append(httpRun, "--ca-file", tokens), 2, []string{"--ca-file " + tokens + ": no PEM certificate"}},
 		{"--grpc-tls with http", withToken, append(httpRun, "--grpc-tls"), 2, []string{"--grpc-tls applies to another target"}},
+		{"--ca-file with an http:// URL", withToken, append(slicesWith(httpRun, "--url", "http://"+s.http), "--ca-file", f.caFile), 2, []string{"does not speak: write https://"}},
+		{"--ca-file with neither TLS", withToken, append(slicesWith(grpcRun, "--url", "http://"+s.http), "--ca-file", f.caFile), 2, []string{"add --grpc-tls"}},
 		{"--token with redis", nil, []string{"-p", "1", "--token", token}, 2, []string{"--token applies to another target"}},
 	})
 }
@@ -153,6 +155,7 @@ store:
 		{"without the client certificate", nil, []string{"-p", tlsPort, "--redis-ca-file", certs.CAFile}, 1, []string{"it wants --redis-cert-file and --redis-key-file"}},
 		{"without the CA", nil, []string{"-p", tlsPort, "--redis-tls"}, 1, []string{"x509", "--redis-ca-file"}},
 		{"--redis-key-file alone", nil, []string{"-p", tlsPort, "--redis-key-file", certs.ClientKey}, 2, []string{"--redis-cert-file and --redis-key-file go together"}},
+		{"--redis-tls=false with a CA", nil, []string{"-p", tlsPort, "--redis-tls=false", "--redis-ca-file", certs.CAFile}, 2, []string{"--redis-tls=false with --redis-ca-file"}},
 		{"--redis-tls with http, without --redis-stats", nil, []string{"--target", "http", "--url", httpAddr, "--policy-name", "roomy", "--redis-tls"}, 2, []string{"--redis-tls names the Redis", "add --redis-stats"}},
 	})
 }
@@ -183,7 +186,7 @@ func TestBenchRedisSentinel(t *testing.T) {
 
 	wantBenchFailures(t, []string{"-i", "1", "--timeout", "3s"}, "", []benchFailure{
 		{"a master the sentinels do not monitor", nil, []string{"--redis-sentinel", "nosuch@" + strings.Join(sn.Addrs, ",")}, 1,
-			[]string{"--redis-sentinel", `none monitors a master named "nosuch" (they monitor "mymaster")`}},
+			[]string{"--redis-sentinel", `none monitors a master named "nosuch" (they monitor "` + sn.MasterName + `")`}},
 		{"no master name", nil, []string{"--redis-sentinel", strings.Join(sn.Addrs, ",")}, 2, []string{"want MASTER@host:port,host:port"}},
 		{"with --redis-cluster", nil, []string{"--redis-sentinel", at, "--redis-cluster", sn.Addrs[0]}, 2, []string{"give --redis-cluster or --redis-sentinel, not both"}},
 		{"with --port", nil, []string{"--redis-sentinel", at, "-p", "6379"}, 2, []string{"give --redis-sentinel, or --host and --port, not both"}},

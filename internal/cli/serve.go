@@ -201,9 +201,6 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 	if v := e.env(f.grpc, EnvGRPC); v != "" {
 		cfg.Listen.GRPC = v
 	}
-	if store != nil {
-		cfg.Store.Type, cfg.Store.URL, cfg.Store.Addrs, cfg.Store.Master = store.Type, store.URL, store.Addrs, store.Master
-	}
 	if f.readReplicas {
 		if cfg.Store.Type != "redis-cluster" {
 			return nil, fmt.Errorf("floodgate: --redis-read-from-replicas: applies to a Redis Cluster (--redis-cluster or store.type redis-cluster), found store type %q", cmp.Or(cfg.Store.Type, "memory"))

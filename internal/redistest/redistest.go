@@ -114,7 +114,8 @@ type Server struct {
 	Addr string
 	// Port is the TCP port the server listens on, the same after Restart.
 	Port int
-	// User and Password are the credentials given to WithUser, or empty.
+	// User and Password are the credentials Do authenticates with (WithUser,
+	// or StartSentinel's WithMasterAuth and WithSentinelAuth), or empty.
 	User, Password string
 	// TLSAddr is "127.0.0.1:<TLSPort>", where a server started WithTLS
 	// listens for TLS; both are empty otherwise.

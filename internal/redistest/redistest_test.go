@@ -439,6 +439,37 @@ func TestTLS(t *testing.T) {
 	}
 }
 
+// TestSentinelAuth: with WithMasterAuth and WithSentinelAuth the master,
+// the replica and the sentinels refuse clients without credentials, and
+// still replicate and monitor each other; both forms, requirepass and an
+// ACL user.
+func TestSentinelAuth(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, masterUser, sentinelUser string }{
+		{"requirepass", "", ""},
+		{"ACL users", "app", "watcher"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			sn := StartSentinel(t, WithMasterAuth(c.masterUser, "master-secret"), WithSentinelAuth(c.sentinelUser, "sentinel-secret"))
+			for _, s := range []*Server{sn.Master, sn.Replica, sn.Sentinels[0]} {
+				if _, err := do(s.Addr, "", "", "PING"); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+					t.Errorf("PING %s without credentials: %v, want NOAUTH", s.Addr, err)
+				}
+			}
+			if s := sn.Sentinels[1]; s.User != c.sentinelUser || s.Password != "sentinel-secret" {
+				t.Errorf("a sentinel's credentials %q %q", s.User, s.Password)
+			}
+			// StartSentinel returned: each sentinel found the replica and
+			// the two others, through the master and each other.
+			mustDo(t, sn.Master, "SET", "k", "v")
+			if reply, err := sn.Master.Do(t, "WAIT", "1", "10000"); err != nil || reply != int64(1) {
+				t.Errorf("WAIT for the replica: %v %v", reply, err)
+			}
+		})
+	}
+}
+
 // TestSentinelTLS: with WithSentinelTLS the sentinels monitor the master's
 // TLS port and answer over TLS.
 func TestSentinelTLS(t *testing.T) {

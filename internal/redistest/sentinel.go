@@ -32,7 +32,11 @@ type Sentinel struct {
 // A SentinelOption configures StartSentinel.
 type SentinelOption func(*sentinelOptions)
 
-type sentinelOptions struct{ tls *Certs }
+type sentinelOptions struct {
+	tls                          *Certs
+	masterUser, masterPassword   string
+	sentinelUser, sentinelPasswd string
+}
 
 // WithSentinelTLS makes the master, the replica and the sentinels listen
 // for TLS as well (WithTLS, without client certificates), with
@@ -41,6 +45,41 @@ type sentinelOptions struct{ tls *Certs }
 // clients.
 func WithSentinelTLS(certs *Certs) SentinelOption {
 	return func(o *sentinelOptions) { o.tls = certs }
+}
+
+// WithMasterAuth makes the master and the replica refuse clients without
+// credentials: with user "", password is the default user's (requirepass);
+// otherwise user is an ACL user with every permission and the default user
+// is off (as WithUser). The replica replicates, and the sentinels monitor,
+// with the same credentials (masteruser, masterauth; sentinel auth-user,
+// auth-pass). Master.Do and Replica.Do authenticate with them.
+func WithMasterAuth(user, password string) SentinelOption {
+	return func(o *sentinelOptions) { o.masterUser, o.masterPassword = user, password }
+}
+
+// WithSentinelAuth makes the sentinels themselves refuse clients without
+// credentials, as WithMasterAuth does the master (user "": requirepass,
+// which the sentinels also send each other; otherwise an ACL user, sent to
+// each other as sentinel-user and sentinel-pass). Each sentinel's Do
+// authenticates with them.
+func WithSentinelAuth(user, password string) SentinelOption {
+	return func(o *sentinelOptions) { o.sentinelUser, o.sentinelPasswd = user, password }
+}
+
+// newAuthServer prepares a server of o that asks for user and password
+// (nothing for an empty password), and whose Do sends them.
+func newAuthServer(t testing.TB, bin string, o options, user, password string) *Server {
+	t.Helper()
+	if user != "" {
+		o.user, o.password = user, password // newServer writes the ACL user
+		return newServer(t, bin, o)
+	}
+	s := newServer(t, bin, o)
+	if password != "" {
+		s.Password = password // Do sends AUTH password
+		s.directives = append(s.directives, "requirepass "+quote(password))
+	}
+	return s
 }
 
 // StartSentinel starts a master, a replica of it, and three sentinels that
@@ -60,18 +99,27 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	bin := Binary(t)
 	sn := &Sentinel{MasterName: "mymaster", tls: o.tls != nil}
 	// A full sync starts at once instead of after 5 seconds.
-	sn.Master = newServer(t, bin, options{tls: o.tls}).plain()
+	var serverAuth []string
+	if o.masterPassword != "" {
+		serverAuth = append(serverAuth, "masterauth "+quote(o.masterPassword)) // the replica, and the master once demoted
+		if o.masterUser != "" {
+			serverAuth = append(serverAuth, "masteruser "+quote(o.masterUser))
+		}
+	}
+	sn.Master = newAuthServer(t, bin, options{tls: o.tls}, o.masterUser, o.masterPassword).plain()
 	sn.Master.directives = append(sn.Master.directives, "repl-diskless-sync-delay 0")
+	sn.Master.directives = append(sn.Master.directives, serverAuth...)
 	startAll(t, sn.Master)
 	masterPort := strconv.Itoa(sn.Master.Port)
 	if sn.tls {
 		masterPort = strconv.Itoa(sn.Master.TLSPort)
 	}
 
-	sn.Replica = newServer(t, bin, options{tls: o.tls}).plain()
+	sn.Replica = newAuthServer(t, bin, options{tls: o.tls}, o.masterUser, o.masterPassword).plain()
 	sn.Replica.directives = append(sn.Replica.directives,
 		"repl-diskless-sync-delay 0", // in case it is promoted
 		"replicaof 127.0.0.1 "+masterPort)
+	sn.Replica.directives = append(sn.Replica.directives, serverAuth...)
 	startAll(t, sn.Replica)
 	// The sentinels find the replica in the master's INFO when they
 	// connect; a replica that attached later would take them 10 s to see.
@@ -87,12 +135,21 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	}
 
 	for range 3 {
-		s := newServer(t, bin, options{args: []string{"--sentinel"}, tls: o.tls})
+		s := newAuthServer(t, bin, options{args: []string{"--sentinel"}, tls: o.tls}, o.sentinelUser, o.sentinelPasswd)
 		s.directives = append(s.directives,
 			"sentinel monitor "+sn.MasterName+" 127.0.0.1 "+masterPort+" 2",
 			"sentinel down-after-milliseconds "+sn.MasterName+" 1000",
 			"sentinel failover-timeout "+sn.MasterName+" 10000",
 		)
+		if o.sentinelUser != "" {
+			s.directives = append(s.directives, "sentinel sentinel-user "+quote(o.sentinelUser), "sentinel sentinel-pass "+quote(o.sentinelPasswd))
+		}
+		if o.masterPassword != "" {
+			s.directives = append(s.directives, "sentinel auth-pass "+sn.MasterName+" "+quote(o.masterPassword))
+			if o.masterUser != "" {
+				s.directives = append(s.directives, "sentinel auth-user "+sn.MasterName+" "+quote(o.masterUser))
+			}
+		}
 		sn.Sentinels = append(sn.Sentinels, s)
 	}
 	startAll(t, sn.Sentinels...)
@@ -120,7 +177,7 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 // check reports the first sign that sentinel s does not know the whole
 // setup yet.
 func (sn *Sentinel) check(s *Server) error {
-	reply, err := do(s.Addr, "", "", "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sn.MasterName)
+	reply, err := do(s.Addr, s.User, s.Password, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sn.MasterName)
 	if err != nil {
 		return err
 	}
@@ -131,7 +188,7 @@ func (sn *Sentinel) check(s *Server) error {
 	if addr, _ := reply.([]any); !slices.Equal(addr, want) {
 		return fmt.Errorf("master address %v, want %v", reply, want)
 	}
-	reply, err = do(s.Addr, "", "", "SENTINEL", "MASTER", sn.MasterName)
+	reply, err = do(s.Addr, s.User, s.Password, "SENTINEL", "MASTER", sn.MasterName)
 	if err != nil {
 		return err
 	}

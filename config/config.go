@@ -75,6 +75,11 @@ type Store struct {
 	// Username and Password authenticate to a cluster or to the master a
 	// sentinel names (a URL carries its own).
 	Username, Password string
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// themselves (type redis-sentinel), when they ask for it: their
+	// requirepass (SentinelUsername empty), or an ACL user of theirs.
+	// Empty: the sentinels are asked without credentials.
+	SentinelUsername, SentinelPassword string
 	// Prefix starts every Redis key; empty means DefaultPrefix.
 	Prefix string
 	// Timeout bounds each store call; 0 means 50ms.
@@ -979,6 +984,7 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 	}
 	s.Type, s.URL, s.Master = str("type"), str("url"), str("master")
 	s.Username, s.Password, s.Prefix, s.HashKeysSecret = str("username"), str("password"), str("prefix"), str("hash_keys_secret")
+	s.SentinelUsername, s.SentinelPassword = str("sentinel_username"), str("sentinel_password")
 	if v, ok := fs["addrs"]; ok {
 		s.Addrs, _ = r.strings(v.value, "store.addrs")
 	}
@@ -1076,6 +1082,11 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 	}
 	if s.ReadFromReplicas && s.Type != "redis-cluster" {
 		r.errorf(line("read_from_replicas"), "store.read_from_replicas", "applies to type redis-cluster only (a Cluster's replicas), found type %q%s", or(s.Type, "memory"), r.overridden())
+	}
+	for _, f := range []struct{ k, v string }{{"sentinel_username", s.SentinelUsername}, {"sentinel_password", s.SentinelPassword}} {
+		if f.v != "" && s.Type != "redis-sentinel" {
+			r.errorf(line(f.k), "store."+f.k, "applies to type redis-sentinel only (the sentinels' own credentials), found type %q%s", or(s.Type, "memory"), r.overridden())
+		}
 	}
 	if s.Counters && s.Clock != "service" {
 		r.errorf(line("counters"), "store.counters", "needs store.clock: service (a counter's window is chosen by this process's clock before Redis is asked), found store.clock %s", or(s.Clock, "redis"))

@@ -127,7 +127,7 @@ store:
 store:
   type: memory
   tpye: redis
-`, []string{"f.yaml:3: store.tpye: unknown field; allowed here: type, url, addrs, master, username, password, prefix, timeout, max_keys, hash_keys_secret, batching, over_limit_cache, read_from_replicas, clock, counters, tls"}},
+`, []string{"f.yaml:3: store.tpye: unknown field; allowed here: type, url, addrs, master, username, password, sentinel_username, sentinel_password, prefix, timeout, max_keys, hash_keys_secret, batching, over_limit_cache, read_from_replicas, clock, counters, tls"}},
 		{"unknown fields of failure, admin, limits, listen, envoy", `
 failure:
   modus: open
@@ -1137,6 +1137,10 @@ func TestStoreOverride(t *testing.T) {
 		{"the flag named", "store:\n  read_from_replicas: true\n", &StoreOverride{From: "FLOODGATE_REDIS_URL", Type: "redis", URL: "redis://127.0.0.1:6379"}, `found type "redis" (the store is FLOODGATE_REDIS_URL's, not the file's)`},
 		{"max_keys of memory with --redis", "store:\n  type: memory\n  max_keys: 1000\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6379"}, ""},
 		{"max_keys of redis", "store:\n  url: redis://r:6379\n  max_keys: 1000\n", nil, "f.yaml:5: store.max_keys: applies to the memory store only"},
+		{"sentinel password with sentinels", "store:\n  master: m\n  addrs: [127.0.0.1:26379]\n  sentinel_password: s3cret\n", nil, ""},
+		{"sentinel password with --redis-sentinel", "store:\n  sentinel_username: w\n  sentinel_password: s3cret\n", &StoreOverride{Type: "redis-sentinel", Master: "m", Addrs: []string{"127.0.0.1:26379"}}, ""},
+		{"sentinel password with a url", "store:\n  url: redis://r:6379\n  sentinel_password: s3cret\n", nil, `f.yaml:5: store.sentinel_password: applies to type redis-sentinel only (the sentinels' own credentials), found type "redis"`},
+		{"sentinel user with --redis", "store:\n  master: m\n  addrs: [127.0.0.1:26379]\n  sentinel_username: w\n", &StoreOverride{From: "--redis", Type: "redis", URL: "redis://127.0.0.1:6379"}, `f.yaml:6: store.sentinel_username: applies to type redis-sentinel only (the sentinels' own credentials), found type "redis" (the store is --redis's, not the file's)`},
 	} {
 		cfg, err := ParseWith(c.o, Source{Name: "f.yaml", Data: []byte("policies:\n  api: \"gcra 10/1s\"\n" + c.yaml)})
 		switch {
@@ -1146,6 +1150,10 @@ func TestStoreOverride(t *testing.T) {
 			t.Errorf("%s: error %v, want %q", c.what, err, c.want)
 		case c.want == "" && c.o != nil && (cfg.Store.Type != c.o.Type || cfg.Store.URL != c.o.URL || !slices.Equal(cfg.Store.Addrs, c.o.Addrs)):
 			t.Errorf("%s: store %s %q, want the override's", c.what, cfg.Store.Type, cfg.Store.URL)
+		case c.want == "" && strings.Contains(c.yaml, "sentinel_password") && cfg.Store.SentinelPassword != "s3cret":
+			t.Errorf("%s: sentinel password %q, want the file's", c.what, cfg.Store.SentinelPassword)
+		case c.want == "" && strings.Contains(c.yaml, "sentinel_username") && cfg.Store.SentinelUsername != "w":
+			t.Errorf("%s: sentinel user %q, want the file's", c.what, cfg.Store.SentinelUsername)
 		}
 	}
 }

@@ -344,6 +344,63 @@ func TestStoreMisconfiguration(t *testing.T) {
 			t.Errorf("stderr calls sentinels that answer unreachable:\n%s", stderr)
 		}
 	})
+	t.Run("sentinels and a master that ask for passwords", func(t *testing.T) {
+		// Each refusal is final: serve names the setting and exits at
+		// once; with both passwords it decides.
+		sn := redistest.StartSentinel(t, redistest.WithMasterAuth("", "master-secret"), redistest.WithSentinelAuth("", "sentinel-secret"))
+		sentinels := "--redis-sentinel=" + sn.MasterName + "@" + strings.Join(sn.Addrs, ",")
+		masterPW, sentinelPW := "FLOODGATE_REDIS_PASSWORD=master-secret", "FLOODGATE_REDIS_SENTINEL_PASSWORD=sentinel-secret"
+		for _, c := range []struct {
+			name  string
+			env   []string
+			args  []string
+			wants []string
+		}{
+			{"no sentinel password", []string{masterPW}, []string{sentinels},
+				[]string{"the sentinels ask for a password", "store.sentinel_password or FLOODGATE_REDIS_SENTINEL_PASSWORD", "(--redis-sentinel)"}},
+			{"a wrong sentinel password", []string{masterPW, "FLOODGATE_REDIS_SENTINEL_PASSWORD=wrong-secret"}, []string{sentinels},
+				[]string{"the sentinels refuse the credentials", "FLOODGATE_REDIS_SENTINEL_PASSWORD"}},
+			{"no master password", []string{sentinelPW}, []string{sentinels},
+				[]string{"the master the sentinels name", "asks for a password", "store.password or FLOODGATE_REDIS_PASSWORD"}},
+			{"an unknown master, asked with the password", []string{masterPW, sentinelPW}, []string{"--redis-sentinel=nosuch@" + strings.Join(sn.Addrs, ",")},
+				[]string{`3 of the 3 sentinels answer, and none monitors a master named "nosuch"`}},
+			{"the sentinels' password for a single server", []string{sentinelPW}, []string{"--redis", "redis://" + sn.Master.Addr},
+				[]string{"FLOODGATE_REDIS_SENTINEL_PASSWORD: applies to a store behind Sentinel", `found store type "redis"`}},
+			{"a sentinel user without a password", []string{masterPW}, []string{sentinels, "--config", writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore: {sentinel_username: watcher}\n")},
+				[]string{`store.sentinel_username "watcher" needs a password`}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				args := append(append(append([]string{"serve"}, listen...), "--store-wait", "1m"), c.args...)
+				code, stderr, took := exitOf(t, cleanEnv(c.env...), 30*time.Second, args...)
+				if code == 0 {
+					t.Fatalf("exit status 0:\n%s", stderr)
+				}
+				if took > 20*time.Second {
+					t.Errorf("exited after %v with --store-wait 1m: it waited for the store", took)
+				}
+				for _, w := range c.wants {
+					if !strings.Contains(stderr, w) {
+						t.Errorf("stderr lacks %q:\n%s", w, stderr)
+					}
+				}
+				if strings.Contains(stderr, "-secret") {
+					t.Errorf("stderr shows a password:\n%s", stderr)
+				}
+			})
+		}
+		t.Run("both passwords: decides", func(t *testing.T) {
+			path := writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore:\n  timeout: 1m\n  sentinel_password: sentinel-secret\n")
+			s := start(t, cleanEnv(masterPW), append(append([]string{"serve"}, listen...), sentinels, "--config", path)...)
+			defer s.stop()
+			resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
+			if err != nil || resp.StatusCode != http.StatusOK || len(r.Decisions) != 1 || r.Decisions[0].Degraded {
+				t.Fatalf("check behind sentinels with passwords: %v %+v", err, r)
+			}
+			if n, err := sn.Master.Do(t, "DBSIZE"); err != nil || n.(int64) != 1 {
+				t.Errorf("the master holds %v keys (%v), want the decision's one", n, err)
+			}
+		})
+	})
 	t.Run("not answering, --start-degraded: serves unready", func(t *testing.T) {
 		began := time.Now()
 		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...),

@@ -57,6 +57,9 @@ func (e *environ) check(args []string) int {
 		fmt.Fprintf(w, " (%s)", strings.Join(cfg.Store.Addrs, ","))
 	case "redis-sentinel":
 		fmt.Fprintf(w, " (%s@%s)", cfg.Store.Master, strings.Join(cfg.Store.Addrs, ","))
+		if cfg.Store.SentinelPassword != "" {
+			fmt.Fprint(w, ", the sentinels' password set")
+		}
 	}
 	if cfg.Store.UsesTLS() {
 		fmt.Fprint(w, ", TLS")

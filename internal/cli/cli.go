@@ -29,11 +29,14 @@ const (
 	EnvRedisCluster  = "FLOODGATE_REDIS_CLUSTER"
 	EnvRedisSentinel = "FLOODGATE_REDIS_SENTINEL"
 	EnvRedisPassword = "FLOODGATE_REDIS_PASSWORD"
-	EnvAdminToken    = "FLOODGATE_ADMIN_TOKEN"
-	EnvKeySecret     = "FLOODGATE_KEY_SECRET"
-	EnvTokenKey      = "FLOODGATE_TOKEN_KEY"
-	EnvURL           = "FLOODGATE_URL"
-	EnvToken         = "FLOODGATE_TOKEN"
+	// EnvSentinelPassword is the sentinels' own password
+	// (store.sentinel_password).
+	EnvSentinelPassword = "FLOODGATE_REDIS_SENTINEL_PASSWORD"
+	EnvAdminToken       = "FLOODGATE_ADMIN_TOKEN"
+	EnvKeySecret        = "FLOODGATE_KEY_SECRET"
+	EnvTokenKey         = "FLOODGATE_TOKEN_KEY"
+	EnvURL              = "FLOODGATE_URL"
+	EnvToken            = "FLOODGATE_TOKEN"
 	// EnvCalendarMonth is envoyproxy/ratelimit's variable of the same
 	// meaning: "true" makes Envoy's month unit the UTC calendar month
 	// (envoy.calendar_month, which it overrides when set).
@@ -57,6 +60,7 @@ var environment = []envVar{
 	{EnvRedisCluster, []string{"serve", "check"}, "the Redis Cluster store, as --redis-cluster"},
 	{EnvRedisSentinel, []string{"serve", "check"}, "the Redis store behind Sentinel, as --redis-sentinel"},
 	{EnvRedisPassword, []string{"serve", "check"}, "the password of a cluster, or of the master behind sentinels"},
+	{EnvSentinelPassword, []string{"serve", "check"}, "the sentinels' own password (their requirepass), when they ask for one: store.sentinel_password"},
 	{EnvAdminToken, []string{"serve", "check", "reset", "keys", "usage"}, "serve, check: the admin endpoints' bearer token (16+ characters; --admin-token-file wins); the others: the admin token to send"},
 	{EnvToken, []string{"allow", "peek", "reserve", "settle", "bench"}, "the client token to send, for a service with clients.tokens_file (16+ characters)"},
 	{EnvKeySecret, []string{"serve"}, "store an HMAC-SHA-256 of every key in Redis instead of the key (16+ bytes)"},

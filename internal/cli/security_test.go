@@ -500,6 +500,8 @@ func TestCheckSecurity(t *testing.T) {
 		{map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "store:\n  timeout: 1000h\n")}, "store.timeout: want at most 1m0s"},
 		{map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "store:\n  tls: {server_name: redis.example}\n"), cli.EnvRedisURL: "redis://127.0.0.1:6380"},
 			"store.tls: settings without TLS: set store.tls.enabled, or write the url or addrs rediss:// (the store is FLOODGATE_REDIS_URL's, not the file's)"},
+		{map[string]string{cli.EnvRedisURL: "redis://127.0.0.1:6380", cli.EnvSentinelPassword: "sentinel-secret"},
+			`FLOODGATE_REDIS_SENTINEL_PASSWORD: applies to a store behind Sentinel (--redis-sentinel or store.type redis-sentinel), found store type "redis"`},
 	} {
 		code, out, errOut := run(t, c.env, "check")
 		if code != 1 || out != "" || !strings.Contains(errOut, c.want) {
@@ -511,6 +513,11 @@ func TestCheckSecurity(t *testing.T) {
 	tlsStore := map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "store:\n  tls: {server_name: redis.example}\n"), cli.EnvRedisURL: "rediss://127.0.0.1:6380"}
 	if code, out, errOut := run(t, tlsStore, "check"); code != 0 || !strings.Contains(out, "store: redis (rediss://127.0.0.1:6380), TLS") {
 		t.Errorf("check with store.tls and FLOODGATE_REDIS_URL=rediss://: exit %d, %q %q; want 0 and the store on TLS", code, out, errOut)
+	}
+	// The sentinels' password from the environment.
+	sentinels := map[string]string{cli.EnvRedisSentinel: "m@127.0.0.1:26379", cli.EnvSentinelPassword: "sentinel-secret"}
+	if code, out, errOut := run(t, sentinels, "check"); code != 0 || !strings.Contains(out, "store: redis-sentinel (m@127.0.0.1:26379), the sentinels' password set,") || strings.Contains(out+errOut, "sentinel-secret") {
+		t.Errorf("check with FLOODGATE_REDIS_SENTINEL_PASSWORD: exit %d, %q %q; want 0 and the password said set, not shown", code, out, errOut)
 	}
 	f := newTLSFiles(t)
 	conf := writeFile(t, "f.yaml", fmt.Sprintf("admin:\n  allow_loopback: true\nlisten:\n  grpc_tls: {cert: %s, key: %s, client_ca: %s}\n", f.cert, f.key, f.caFile))

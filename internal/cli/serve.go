@@ -210,6 +210,15 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 	if v := e.getenv(EnvRedisPassword); v != "" {
 		cfg.Store.Password = v
 	}
+	if v := e.getenv(EnvSentinelPassword); v != "" {
+		if cfg.Store.Type != "redis-sentinel" {
+			return nil, fmt.Errorf("floodgate: %s: applies to a store behind Sentinel (--redis-sentinel or store.type redis-sentinel), found store type %q", EnvSentinelPassword, cmp.Or(cfg.Store.Type, "memory"))
+		}
+		cfg.Store.SentinelPassword = v
+	}
+	if cfg.Store.SentinelUsername != "" && cfg.Store.SentinelPassword == "" {
+		return nil, fmt.Errorf("floodgate: store.sentinel_username %q needs a password: store.sentinel_password or %s", cfg.Store.SentinelUsername, EnvSentinelPassword)
+	}
 	if err := e.adminToken(cfg, f); err != nil {
 		return nil, err
 	}
@@ -707,7 +716,7 @@ func connBounds(b config.RequestBounds) config.RequestBounds {
 // which take effect at the next start only.
 func storeChanged(a, b config.Store) bool {
 	return a.Type != b.Type || a.URL != b.URL || !slices.Equal(a.Addrs, b.Addrs) || a.Master != b.Master ||
-		a.Username != b.Username || a.Password != b.Password || a.Prefix != b.Prefix ||
+		a.Username != b.Username || a.Password != b.Password || a.SentinelUsername != b.SentinelUsername || a.SentinelPassword != b.SentinelPassword || a.Prefix != b.Prefix ||
 		a.HashKeysSecret != b.HashKeysSecret || a.MaxKeys != b.MaxKeys || a.TLS != b.TLS || a.Clock != b.Clock || a.Counters != b.Counters
 }
 

@@ -183,7 +183,8 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, *redis.FailoverOpti
 		o.WriteTimeout = o.ReadTimeout
 		return redis.NewClusterClient(o), nil, nil
 	case "redis-sentinel":
-		o := &redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.HostPorts(), Username: s.Username, Password: s.Password, MaxRetries: -1, ContextTimeoutEnabled: true,
+		o := &redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: s.HostPorts(), Username: s.Username, Password: s.Password,
+			SentinelUsername: s.SentinelUsername, SentinelPassword: s.SentinelPassword, MaxRetries: -1, ContextTimeoutEnabled: true,
 			TLSConfig: tlsConfig} // to the sentinels and to the master they name
 		timeouts(&o.DialTimeout, &o.ReadTimeout)
 		o.WriteTimeout = o.ReadTimeout
@@ -225,6 +226,9 @@ func probeStore(ctx context.Context, st *openedStore, wait time.Duration, log *s
 		case err == nil:
 			return nil
 		case redisstore.Misconfigured(err):
+			if m := st.credentialsRefused(err); m != nil {
+				err = m
+			}
 			return fmt.Errorf("%w: %v", errStoreMisconfigured, err)
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -343,6 +347,46 @@ func otherProtocol(ctx context.Context, addr string, tlsDialed bool) bool {
 	return tc.HandshakeContext(ctx) == nil
 }
 
+// credentialsRefused tells, for a store behind Sentinel, the sentinels'
+// refusal of the credentials given (or of none) from the master's, which
+// go-redis reports alike but which two different settings mend. It returns
+// the error that names the setting, or nil when err is neither, or the
+// store has no sentinels.
+func (st *openedStore) credentialsRefused(err error) error {
+	if st.sentinel == nil {
+		return nil
+	}
+	msg := err.Error()
+	var reply string
+	for _, r := range []string{"NOAUTH", "WRONGPASS", "ERR AUTH", "ERR Client sent AUTH"} {
+		if i := strings.Index(msg, r); i >= 0 {
+			reply, _, _ = strings.Cut(msg[i:], "\n") // go-redis joins one line per sentinel
+			break
+		}
+	}
+	if reply == "" {
+		return nil
+	}
+	if strings.Contains(msg, "all sentinels specified in configuration are unreachable") {
+		user, password := "store.sentinel_username", "store.sentinel_password or "+EnvSentinelPassword
+		switch {
+		case strings.HasPrefix(reply, "NOAUTH"):
+			return fmt.Errorf("the sentinels ask for a password (%s): give theirs, their requirepass, as %s (store.password is the master's)", reply, password)
+		case strings.HasPrefix(reply, "WRONGPASS"):
+			return fmt.Errorf("the sentinels refuse the credentials given (%s): check %s and %s", reply, user, password)
+		}
+		return fmt.Errorf("the sentinels ask for no password, but one was given (%s): drop %s", reply, password)
+	}
+	user, password := "store.username", "store.password or "+EnvRedisPassword
+	switch {
+	case strings.HasPrefix(reply, "NOAUTH"):
+		return fmt.Errorf("the master the sentinels name asks for a password (%s): give it as %s (store.sentinel_password is the sentinels' own)", reply, password)
+	case strings.HasPrefix(reply, "WRONGPASS"):
+		return fmt.Errorf("the master the sentinels name refuses the credentials given (%s): check %s and %s", reply, user, password)
+	}
+	return fmt.Errorf("the master the sentinels name asks for no password, but one was given (%s): drop %s", reply, password)
+}
+
 // masterUnknown tells sentinels that answer but monitor no master of the
 // configured name (a mistyped MASTER in --redis-sentinel) from sentinels
 // that do not answer yet: go-redis reports both as "all sentinels
@@ -366,8 +410,8 @@ func unknownMaster(ctx context.Context, o *redis.FailoverOptions) error {
 	answered := 0
 	var monitored []string
 	for _, addr := range o.SentinelAddrs {
-		// As go-redis asks them: without the master's credentials.
-		c := redis.NewSentinelClient(&redis.Options{Addr: addr, TLSConfig: o.TLSConfig, MaxRetries: -1,
+		// As go-redis asks them: with their own credentials, not the master's.
+		c := redis.NewSentinelClient(&redis.Options{Addr: addr, Username: o.SentinelUsername, Password: o.SentinelPassword, TLSConfig: o.TLSConfig, MaxRetries: -1,
 			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 		_, err := c.GetMasterAddrByName(ctx, o.MasterName).Result()
 		if err == nil {

@@ -45,6 +45,10 @@ type RedisOptions struct {
 	// name then.
 	SentinelMaster string
 	SentinelAddrs  []string
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// themselves (their requirepass, or an ACL user of theirs); empty
+	// means none.
+	SentinelUsername, SentinelPassword string
 	// Username and Password authenticate (ACL user, or the default user
 	// when Username is empty); empty means no authentication.
 	Username, Password string
@@ -153,11 +157,12 @@ func dialRedis(ctx context.Context, o RedisOptions) (redis.UniversalClient, erro
 	var client redis.UniversalClient
 	switch {
 	case o.SentinelMaster != "":
-		// The sentinels are asked without the master's credentials, as
-		// floodgate serve asks them.
+		// The sentinels are asked with their own credentials, not the
+		// master's, as floodgate serve asks them.
 		client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs,
 			Username: o.Username, Password: o.Password,
+			SentinelUsername: o.SentinelUsername, SentinelPassword: o.SentinelPassword,
 			MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1,
 			DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
 			PoolSize: max(o.PoolSize, 1), TLSConfig: o.TLS,
@@ -222,6 +227,18 @@ func redisError(o RedisOptions, err error) error {
 	msg := err.Error()
 	who := o.who()
 	var netErr net.Error
+	if rest, ok := strings.CutPrefix(msg, "redis: all sentinels specified in configuration are unreachable: "); ok {
+		reply, _, _ := strings.Cut(rest, "\n") // one line per sentinel
+		sentinels := "the sentinels " + strings.Join(o.SentinelAddrs, ",")
+		switch {
+		case strings.HasPrefix(reply, "NOAUTH"):
+			return fmt.Errorf("%s ask for a password (%s): give theirs with --sentinel-password (--password is the master's)", sentinels, reply)
+		case strings.HasPrefix(reply, "WRONGPASS"):
+			return fmt.Errorf("%s refused the credentials given (%s): check --sentinel-user and --sentinel-password", sentinels, reply)
+		case strings.Contains(reply, "ERR AUTH") || strings.Contains(reply, "no password is set"):
+			return fmt.Errorf("%s have no password set, but one was given (%s): drop --sentinel-password", sentinels, reply)
+		}
+	}
 	switch {
 	case strings.HasPrefix(msg, "WRONGPASS"):
 		return fmt.Errorf("Redis at %s refused the password for %s (%s): check --user and --password", at, who, msg)

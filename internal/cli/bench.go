@@ -47,6 +47,7 @@ func (d *descriptorFlag) Set(v string) error {
 type benchFlags struct {
 	target                          string
 	host, user, password            string
+	sentinelUser, sentinelPassword  string
 	redisCluster, redisSentinel     string
 	port                            int
 	url, addr, policyName, domain   string
@@ -79,7 +80,8 @@ loudly, with exit status 4.
 Targets:
   redis  straight to Redis through the Redis store (--host, --port, or
          --redis-cluster for a Redis Cluster, --redis-sentinel for a master
-         behind Sentinel; --user, --password), with the
+         behind Sentinel, with --sentinel-password when the sentinels ask
+         for one; --user, --password), with the
          policy of --policy, or of --algorithm and its parameters; by default
          the seed's fixed window of --threshold requests per minute per key.
          Keys go under the prefix fg-bench. The seed generator's short flags
@@ -121,6 +123,8 @@ func (e *environ) bench(args []string) int {
 	fs.StringVar(&f.password, "password", "", "redis (and --redis-stats): the `password` to authenticate with")
 	fs.StringVar(&f.redisCluster, "redis-cluster", "", "redis (and --redis-stats): a Redis Cluster's seed `nodes`, host:port,host:port…, instead of --host and --port")
 	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "redis (and --redis-stats): the master `MASTER@host:port,host:port…` that these Redis Sentinels name, instead of --host and --port")
+	fs.StringVar(&f.sentinelUser, "sentinel-user", "", "with --redis-sentinel: the sentinels' own ACL `user`, when they have one")
+	fs.StringVar(&f.sentinelPassword, "sentinel-password", "", "with --redis-sentinel: the sentinels' own `password` (their requirepass), when they ask for one; --password is the master's")
 	fs.BoolVar(&f.redisTLS, "redis-tls", false, "redis (and --redis-stats): dial Redis with TLS, verified against the system's CAs or --redis-ca-file (on when a --redis-ca-file or --redis-cert-file is given)")
 	fs.StringVar(&f.redisCAFile, "redis-ca-file", "", "redis (and --redis-stats): CA certificates (PEM `file`) to verify Redis's certificate with, instead of the system's")
 	fs.StringVar(&f.redisCert, "redis-cert-file", "", "redis (and --redis-stats): client certificate (PEM `file`) for a Redis with tls-auth-clients")
@@ -304,7 +308,7 @@ func (e *environ) benchConfig(f *benchFlags, set map[string]bool) (bench.Config,
 // redisConn are the flags that name a Redis: the redis target's, or the
 // service's with --redis-stats.
 var redisConn = []string{"host", "port", "user", "password", "redis-cluster", "redis-sentinel",
-	"redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file"}
+	"sentinel-user", "sentinel-password", "redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file"}
 
 // serviceAccess are the flags of the service's token and TLS.
 var serviceAccess = []string{"token", "ca-file", "cert-file", "key-file", "grpc-tls"}
@@ -385,6 +389,10 @@ func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (be
 	}
 	o.TLS = cfg
 	switch {
+	case (set["sentinel-user"] || set["sentinel-password"]) && !set["redis-sentinel"]:
+		return o, e.usageErr("--sentinel-user and --sentinel-password are the sentinels' own: give them with --redis-sentinel")
+	case set["sentinel-user"] && f.sentinelPassword == "":
+		return o, e.usageErr("--sentinel-user %q needs --sentinel-password", f.sentinelUser)
 	case set["redis-cluster"] && set["redis-sentinel"]:
 		return o, e.usageErr("give --redis-cluster or --redis-sentinel, not both")
 	case set["redis-cluster"] && (set["host"] || set["port"]):
@@ -405,6 +413,7 @@ func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (be
 			return o, e.usageErr("--redis-sentinel %q: want MASTER@host:port,host:port…, the master's name and its sentinels", f.redisSentinel)
 		}
 		o.SentinelMaster, o.SentinelAddrs = master, addrs
+		o.SentinelUsername, o.SentinelPassword = f.sentinelUser, f.sentinelPassword
 		return o, -1
 	}
 	if f.port < 1 || f.port > 65535 {
@@ -438,7 +447,8 @@ func (e *environ) redisMismatch(o bench.RedisOptions, err error) error {
 	switch {
 	case o.SentinelMaster != "":
 		addr = o.SentinelAddrs[0]
-		if u := unknownMaster(e.ctx, &redis.FailoverOptions{MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs, TLSConfig: o.TLS}); u != nil {
+		if u := unknownMaster(e.ctx, &redis.FailoverOptions{MasterName: o.SentinelMaster, SentinelAddrs: o.SentinelAddrs, TLSConfig: o.TLS,
+			SentinelUsername: o.SentinelUsername, SentinelPassword: o.SentinelPassword}); u != nil {
 			return fmt.Errorf("--redis-sentinel: %w", u)
 		}
 	case addr == "":

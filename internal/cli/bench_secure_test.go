@@ -197,3 +197,33 @@ func TestBenchRedisSentinel(t *testing.T) {
 		{"with --port", nil, []string{"--redis-sentinel", at, "-p", "6379"}, 2, []string{"give --redis-sentinel, or --host and --port, not both"}},
 	})
 }
+
+// TestBenchSentinelAuth: behind sentinels that ask for credentials of
+// their own (an ACL user here) and a master that asks for a password, the
+// redis target is exact with both given; each one missing or wrong is
+// named by its flag, and no output shows a password.
+func TestBenchSentinelAuth(t *testing.T) {
+	t.Parallel()
+	sn := redistest.StartSentinel(t, redistest.WithMasterAuth("", "master-secret"), redistest.WithSentinelAuth("watcher", "sentinel-secret"))
+	at := sn.MasterName + "@" + strings.Join(sn.Addrs, ",")
+	both := []string{"--redis-sentinel", at, "-P", "master-secret", "--sentinel-user", "watcher", "--sentinel-password", "sentinel-secret"}
+	rep := benchJSON(t, nil, append(both, "-c", "2", "-i", "50", "-t", "1000000")...)
+	wantExact(t, rep, "the redis target behind sentinels with passwords", false)
+	if rep.Allowed != 100 || rep.Redis == nil || rep.Redis.Servers != 1 {
+		t.Errorf("behind sentinels with passwords: allowed %d, redis %+v: want 100 allowed, 1 server", rep.Allowed, rep.Redis)
+	}
+	wantBenchFailures(t, []string{"-i", "1", "--timeout", "3s"}, "-secret", []benchFailure{
+		{"no sentinel credentials", nil, []string{"--redis-sentinel", at, "-P", "master-secret"}, 1,
+			[]string{"the sentinels " + strings.Join(sn.Addrs, ","), "ask for a password (NOAUTH", "--sentinel-password (--password is the master's)"}},
+		{"a wrong sentinel password", nil, slicesWith(both, "--sentinel-password", "wrong-secret"), 1,
+			[]string{"refused the credentials given (WRONGPASS", "check --sentinel-user and --sentinel-password"}},
+		{"no master password", nil, []string{"--redis-sentinel", at, "--sentinel-user", "watcher", "--sentinel-password", "sentinel-secret"}, 1,
+			[]string{"requires authentication (NOAUTH", "give --user and --password"}},
+		{"a master the sentinels do not monitor", nil, slicesWith(both, "--redis-sentinel", "nosuch@"+strings.Join(sn.Addrs, ",")), 1,
+			[]string{`none monitors a master named "nosuch"`}},
+		{"a sentinel password without sentinels", nil, []string{"--sentinel-password", "sentinel-secret"}, 2,
+			[]string{"--sentinel-user and --sentinel-password are the sentinels' own: give them with --redis-sentinel"}},
+		{"a sentinel user without a password", nil, []string{"--redis-sentinel", at, "--sentinel-user", "watcher"}, 2,
+			[]string{`--sentinel-user "watcher" needs --sentinel-password`}},
+	})
+}

@@ -1040,23 +1040,28 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 		}
 		return n
 	}
+	// Under a flag's store the file's may leave out its addresses (the
+	// flag or variable gives them); what it does give is checked.
+	given := r.override != nil
 	switch s.Type {
 	case "", "memory":
 		if s.URL != "" || len(s.Addrs) > 0 || s.Master != "" {
 			r.errorf(line("type"), "store.type", "memory takes no url, addrs or master")
 		}
 	case "redis":
-		if s.URL == "" {
+		if s.URL == "" && !given {
 			r.errorf(line("type"), "store.url", "type redis needs a url such as redis://host:6379/0")
-		} else if err := CheckRedisURL(s.URL); err != nil {
-			r.errorf(line("url"), "store.url", "%v", err)
+		} else if s.URL != "" {
+			if err := CheckRedisURL(s.URL); err != nil {
+				r.errorf(line("url"), "store.url", "%v", err)
+			}
 		}
 	case "redis-cluster":
-		if len(s.Addrs) == 0 {
+		if len(s.Addrs) == 0 && !given {
 			r.errorf(line("type"), "store.addrs", "type redis-cluster needs addrs: the seed nodes, host:port")
 		}
 	case "redis-sentinel":
-		if s.Master == "" || len(s.Addrs) == 0 {
+		if (s.Master == "" || len(s.Addrs) == 0) && !given {
 			r.errorf(line("type"), "store", "type redis-sentinel needs master (the master's name) and addrs (the sentinels)")
 		}
 	default:

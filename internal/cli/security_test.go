@@ -514,6 +514,12 @@ func TestCheckSecurity(t *testing.T) {
 	if code, out, errOut := run(t, tlsStore, "check"); code != 0 || !strings.Contains(out, "store: redis (rediss://127.0.0.1:6380), TLS") {
 		t.Errorf("check with store.tls and FLOODGATE_REDIS_URL=rediss://: exit %d, %q %q; want 0 and the store on TLS", code, out, errOut)
 	}
+	// A file of type redis whose URL is the environment's, as a
+	// deployment that keeps the URL in a secret writes it.
+	typeOnly := map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "store:\n  type: redis\n"), cli.EnvRedisURL: "redis://127.0.0.1:6380"}
+	if code, out, errOut := run(t, typeOnly, "check"); code != 0 || !strings.Contains(out, "store: redis (redis://127.0.0.1:6380)") {
+		t.Errorf("check with store.type redis and FLOODGATE_REDIS_URL: exit %d, %q %q; want 0 and the variable's store", code, out, errOut)
+	}
 	// The sentinels' password from the environment.
 	sentinels := map[string]string{cli.EnvRedisSentinel: "m@127.0.0.1:26379", cli.EnvSentinelPassword: "sentinel-secret"}
 	if code, out, errOut := run(t, sentinels, "check"); code != 0 || !strings.Contains(out, "store: redis-sentinel (m@127.0.0.1:26379), the sentinels' password set,") || strings.Contains(out+errOut, "sentinel-secret") {

@@ -336,6 +336,15 @@ func TestHelmChart(t *testing.T) {
 					t.Errorf("want a ServiceMonitor: %v", d.others)
 				}
 			}},
+		{"redis sentinel, the chart's Secret", []string{"redis.mode=sentinel", "redis.sentinel=mymaster@sentinel-0:26379\\,sentinel-1:26379",
+			"redis.password=master-s3cret", "redis.sentinelPassword=sentinel-s3cret"},
+			"FLOODGATE_REDIS_SENTINEL FLOODGATE_REDIS_PASSWORD FLOODGATE_REDIS_SENTINEL_PASSWORD GOMEMLIMIT", func(t *testing.T, d deployment) {
+				s := d.secrets["fg-floodgate-redis"]
+				if s == nil || s.StringData["sentinel"] != "mymaster@sentinel-0:26379,sentinel-1:26379" || s.StringData["password"] != "master-s3cret" ||
+					s.StringData["sentinelPassword"] != "sentinel-s3cret" || len(s.StringData) != 3 {
+					t.Errorf("the Redis Secret: %+v", s)
+				}
+			}},
 		{"policies as values", []string{"policies.search=fixed_window 1000/1m", "config.failure.mode=closed"}, "GOMEMLIMIT", func(t *testing.T, d deployment) {
 			cm := d.configMaps["fg-floodgate"].Data["floodgate.yaml"]
 			if !strings.Contains(cm, "search: fixed_window 1000/1m") || !strings.Contains(cm, "mode: closed") {
@@ -357,7 +366,7 @@ func TestHelmChart(t *testing.T) {
 			c.more(t, d)
 		})
 	}
-	for _, sets := range [][]string{{"redis.mode=sentinel"}, {"redis.mode=url"}, {"redis.mode=cluster"}} {
+	for _, sets := range [][]string{{"redis.mode=sentinel"}, {"redis.mode=url"}, {"redis.mode=cluster"}, {"redis.mode=sentinels", "redis.sentinel=m@s:26379"}} {
 		if _, err := helmTemplate(t, sets...); err == nil {
 			t.Errorf("helm template --set %s: rendered, want an error", strings.Join(sets, " "))
 		}

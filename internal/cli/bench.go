@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgatehq/floodgate"
+	"github.com/floodgatehq/floodgate/config"
 	"github.com/floodgatehq/floodgate/internal/bench"
 	"github.com/floodgatehq/floodgate/storekit"
 )
@@ -121,8 +122,8 @@ func (e *environ) bench(args []string) int {
 	fs.IntVar(&f.port, "port", 6379, "redis (and --redis-stats): the Redis `port`")
 	fs.StringVar(&f.user, "user", "", "redis (and --redis-stats): the ACL `user` to authenticate as (default: the default user)")
 	fs.StringVar(&f.password, "password", "", "redis (and --redis-stats): the `password` to authenticate with")
-	fs.StringVar(&f.redisCluster, "redis-cluster", "", "redis (and --redis-stats): a Redis Cluster's seed `nodes`, host:port,host:port…, instead of --host and --port")
-	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "redis (and --redis-stats): the master `MASTER@host:port,host:port…` that these Redis Sentinels name, instead of --host and --port")
+	fs.StringVar(&f.redisCluster, "redis-cluster", "", "redis (and --redis-stats): a Redis Cluster's seed `nodes`, host:port,host:port… (rediss://host:port for TLS, as serve takes them), instead of --host and --port")
+	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "redis (and --redis-stats): the master `MASTER@host:port,host:port…` that these Redis Sentinels name (rediss://host:port for TLS, as serve takes them), instead of --host and --port")
 	fs.StringVar(&f.sentinelUser, "sentinel-user", "", "with --redis-sentinel: the sentinels' own ACL `user`, when they have one")
 	fs.StringVar(&f.sentinelPassword, "sentinel-password", "", "with --redis-sentinel: the sentinels' own `password` (their requirepass), when they ask for one; --password is the master's")
 	fs.BoolVar(&f.redisTLS, "redis-tls", false, "redis (and --redis-stats): dial Redis with TLS, verified against the system's CAs or --redis-ca-file (on when a --redis-ca-file or --redis-cert-file is given)")
@@ -400,21 +401,20 @@ func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (be
 	case set["redis-sentinel"] && (set["host"] || set["port"]):
 		return o, e.usageErr("give --redis-sentinel, or --host and --port, not both")
 	case set["redis-cluster"]:
-		addrs, ok := hostPorts(f.redisCluster)
-		if !ok {
-			return o, e.usageErr("--redis-cluster %q: want host:port seed nodes, comma separated", f.redisCluster)
+		addrs := splitAddrs(f.redisCluster)
+		if err := checkAddrs(addrs); err != nil {
+			return o, e.usageErr("--redis-cluster %q: %v", f.redisCluster, err)
 		}
-		o.ClusterAddrs = addrs
-		return o, -1
+		o.ClusterAddrs = config.Store{Addrs: addrs}.HostPorts()
+		return o, e.schemeTLS(&o, addrs, set, f)
 	case set["redis-sentinel"]:
-		master, list, _ := strings.Cut(f.redisSentinel, "@")
-		addrs, ok := hostPorts(list)
-		if master == "" || !ok {
-			return o, e.usageErr("--redis-sentinel %q: want MASTER@host:port,host:port…, the master's name and its sentinels", f.redisSentinel)
+		master, addrs, err := parseSentinel(f.redisSentinel)
+		if err != nil {
+			return o, e.usageErr("--redis-sentinel %v", err)
 		}
-		o.SentinelMaster, o.SentinelAddrs = master, addrs
+		o.SentinelMaster, o.SentinelAddrs = master, config.Store{Addrs: addrs}.HostPorts()
 		o.SentinelUsername, o.SentinelPassword = f.sentinelUser, f.sentinelPassword
-		return o, -1
+		return o, e.schemeTLS(&o, addrs, set, f)
 	}
 	if f.port < 1 || f.port > 65535 {
 		return o, e.usageErr("--port %d: want 1 to 65535", f.port)
@@ -426,17 +426,19 @@ func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (be
 	return o, -1
 }
 
-// hostPorts splits a comma-separated list of host:port addresses; ok is
-// false when one is not host:port.
-func hostPorts(list string) (addrs []string, ok bool) {
-	for _, a := range strings.Split(list, ",") {
-		a = strings.TrimSpace(a)
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return nil, false
-		}
-		addrs = append(addrs, a)
+// schemeTLS turns TLS on for addresses written rediss://host:port, as
+// serve does, unless --redis-tls=false says otherwise (a usage error).
+func (e *environ) schemeTLS(o *bench.RedisOptions, addrs []string, set map[string]bool, f *benchFlags) int {
+	if !(config.Store{Addrs: addrs}).UsesTLS() {
+		return -1
 	}
-	return addrs, true
+	if set["redis-tls"] && !f.redisTLS {
+		return e.usageErr("--redis-tls=false with rediss:// addresses: write them host:port, or drop --redis-tls=false")
+	}
+	if o.TLS == nil {
+		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return -1
 }
 
 // redisMismatch returns err, a failed first contact with the Redis of o,

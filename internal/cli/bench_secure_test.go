@@ -227,3 +227,31 @@ func TestBenchSentinelAuth(t *testing.T) {
 			[]string{`--sentinel-user "watcher" needs --sentinel-password`}},
 	})
 }
+
+// TestBenchRedisAddressesAsServe: --redis-sentinel and --redis-cluster
+// take addresses written as serve takes them, rediss://host:port turning
+// TLS on, so that serve's FLOODGATE_REDIS_SENTINEL works as it is.
+func TestBenchRedisAddressesAsServe(t *testing.T) {
+	t.Parallel()
+	certs := redistest.NewCerts(t)
+	sn := redistest.StartSentinel(t, redistest.WithSentinelTLS(certs))
+	var tlsAddrs []string
+	for _, a := range sn.TLSAddrs {
+		tlsAddrs = append(tlsAddrs, "rediss://"+a)
+	}
+	at := sn.MasterName + "@" + strings.Join(tlsAddrs, ",")
+	rep := benchJSON(t, nil, "--redis-sentinel", at, "--redis-ca-file", certs.CAFile, "-c", "2", "-i", "50", "-t", "1000000")
+	wantExact(t, rep, "the redis target behind sentinels written rediss://", false)
+	if rep.Allowed != 100 || rep.Redis == nil || rep.Redis.Servers != 1 {
+		t.Errorf("behind sentinels written rediss://: allowed %d, redis %+v: want 100 allowed, 1 server", rep.Allowed, rep.Redis)
+	}
+	wantBenchFailures(t, []string{"-i", "1", "--timeout", "20s"}, "", []benchFailure{
+		{"rediss:// without the CA", nil, []string{"--redis-sentinel", at}, 1, []string{"x509", "--redis-ca-file"}},
+		{"rediss:// with --redis-tls=false", nil, []string{"--redis-sentinel", at, "--redis-tls=false"}, 2,
+			[]string{"--redis-tls=false with rediss:// addresses"}},
+		{"rediss:// and plain mixed", nil, []string{"--redis-sentinel", sn.MasterName + "@" + tlsAddrs[0] + "," + sn.Addrs[1]}, 2,
+			[]string{"--redis-sentinel", "give every address rediss:// (TLS) or none"}},
+		{"a cluster's seed of another scheme", nil, []string{"--redis-cluster", "http://127.0.0.1:7000"}, 2,
+			[]string{"--redis-cluster", `want host:port, redis://host:port or rediss://host:port (TLS), found "http://127.0.0.1:7000"`}},
+	})
+}

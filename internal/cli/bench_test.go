@@ -212,7 +212,7 @@ func TestBenchRedisCluster(t *testing.T) {
 		want string
 	}{
 		{[]string{"--redis-cluster", cl.Addrs[0], "-p", "7000"}, "give --redis-cluster, or --host and --port, not both"},
-		{[]string{"--redis-cluster", "nohost"}, "want host:port seed nodes"},
+		{[]string{"--redis-cluster", "nohost"}, `--redis-cluster "nohost": [0]: "nohost": want host:port`},
 		{[]string{"--target", "http", "--redis-cluster", cl.Addrs[0], "--policy-name", "x"}, "--redis-cluster names the Redis of --target redis, or the service's Redis with --redis-stats"},
 		{[]string{"--target", "http", "--redis-stats", "--policy", "gcra 1/1s", "--policy-name", "x"}, "--policy applies to another target"},
 	} {

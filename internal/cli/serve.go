@@ -167,14 +167,11 @@ func (e *environ) storeOverride(f serveFlags) (*config.StoreOverride, error) {
 		}
 		return &config.StoreOverride{From: from(f.redisCluster, "--redis-cluster", EnvRedisCluster), Type: "redis-cluster", Addrs: addrs}, nil
 	case sentinel != "":
-		master, addrs, ok := strings.Cut(sentinel, "@")
-		if !ok || master == "" || addrs == "" {
-			return nil, fmt.Errorf("floodgate: --redis-sentinel %q: want MASTER@host:port,host:port", sentinel)
+		master, addrs, err := parseSentinel(sentinel)
+		if err != nil {
+			return nil, fmt.Errorf("floodgate: --redis-sentinel %w", err)
 		}
-		if err := checkAddrs(splitAddrs(addrs)); err != nil {
-			return nil, fmt.Errorf("floodgate: --redis-sentinel: %w", err)
-		}
-		return &config.StoreOverride{From: from(f.redisSentinel, "--redis-sentinel", EnvRedisSentinel), Type: "redis-sentinel", Addrs: splitAddrs(addrs), Master: master}, nil
+		return &config.StoreOverride{From: from(f.redisSentinel, "--redis-sentinel", EnvRedisSentinel), Type: "redis-sentinel", Addrs: addrs, Master: master}, nil
 	}
 	return nil, nil
 }
@@ -289,6 +286,23 @@ func (e *environ) adminToken(cfg *config.Config, f serveFlags) error {
 
 // checkAddrs reports what is wrong with the addresses of a flag.
 func checkAddrs(addrs []string) error { return config.CheckAddrs(addrs) }
+
+// parseSentinel reads MASTER@host:port,host:port (--redis-sentinel, of
+// serve and of bench): the master's name and the sentinels' addresses,
+// each host:port, redis://host:port or rediss://host:port (TLS), all with
+// TLS or none. The error starts with the value, quoted, for the flag's
+// name to go before it.
+func parseSentinel(v string) (master string, addrs []string, err error) {
+	master, list, ok := strings.Cut(v, "@")
+	if !ok || master == "" || strings.TrimSpace(list) == "" {
+		return "", nil, fmt.Errorf("%q: want MASTER@host:port,host:port, the master's name and its sentinels", v)
+	}
+	addrs = splitAddrs(list)
+	if err := checkAddrs(addrs); err != nil {
+		return "", nil, fmt.Errorf("%q: %w", v, err)
+	}
+	return master, addrs, nil
+}
 
 func splitAddrs(s string) []string {
 	var out []string

@@ -154,6 +154,31 @@ func TestStoreMisconfiguration(t *testing.T) {
 			t.Errorf("the TLS server holds %v keys (%v), want the decision's one", n, err)
 		}
 	})
+	t.Run("TLS: a certificate that names another host", func(t *testing.T) {
+		// A managed Redis's certificate names its endpoint, not the
+		// address dialed: refused at once without store.tls.server_name,
+		// decided with it.
+		named := redistest.NewCertsNamed(t, "redis.internal")
+		srv := redistest.StartServer(t, redistest.WithTLS(named, false))
+		conf := func(extra string) string {
+			return writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore:\n  timeout: 1m\n  url: rediss://"+srv.TLSAddr+"\n  tls: {ca_file: "+named.CAFile+extra+"}\n")
+		}
+		code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--store-wait", "1m", "--config", conf(""))...)
+		if code == 0 || took > 20*time.Second {
+			t.Fatalf("exit %d after %v, want non-zero at once:\n%s", code, took, stderr)
+		}
+		for _, w := range []string{"cannot validate certificate for 127.0.0.1", "set store.tls.server_name to a name it carries"} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, stderr)
+			}
+		}
+		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...), "--config", conf(", server_name: redis.internal"))...)
+		defer s.stop()
+		resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
+		if err != nil || resp.StatusCode != http.StatusOK || len(r.Decisions) != 1 || r.Decisions[0].Degraded {
+			t.Fatalf("check with store.tls.server_name: %v %+v", err, r)
+		}
+	})
 	t.Run("not answering: waits --store-wait, then exits", func(t *testing.T) {
 		code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--redis", "redis://"+refused, "--store-wait", "1500ms")...)
 		if code == 0 || took < 1500*time.Millisecond {

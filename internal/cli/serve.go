@@ -357,7 +357,10 @@ func (e *environ) run(cfg *config.Config, path string, f serveFlags, log *slog.L
 		origin := e.storeOrigin(f, path, cfg)
 		switch {
 		case errors.Is(err, errStoreMisconfigured):
-			if tlsProblem(err) {
+			switch {
+			case hostnameMismatch(err):
+				origin += "; TLS: the server's certificate names another host than the one dialed: set store.tls.server_name to a name it carries"
+			case tlsProblem(err):
 				origin += "; TLS: store.tls.ca_file verifies the server, store.tls.cert_file and key_file are the client's certificate"
 			}
 			return e.errorf("%v (%s): fix it and start again", err, origin)

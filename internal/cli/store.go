@@ -473,6 +473,14 @@ func tlsProblem(err error) bool {
 	return strings.Contains(msg, "x509: ") || strings.Contains(msg, "tls: ")
 }
 
+// hostnameMismatch reports whether err says that a server's certificate,
+// signed by a trusted CA, names another host than the one dialed
+// (x509.HostnameError, whose text is all that is left once wrapped).
+func hostnameMismatch(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "x509: certificate is valid for") || strings.Contains(msg, "because it doesn't contain any IP SANs")
+}
+
 // storeOrigin names where the store's settings came from, for messages:
 // the flag, the environment variable, or the configuration's field.
 func (e *environ) storeOrigin(f serveFlags, path string, cfg *config.Config) string {

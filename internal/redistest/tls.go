@@ -37,14 +37,33 @@ type Certs struct {
 func NewCerts(t testing.TB) *Certs {
 	t.Helper()
 	dir := t.TempDir()
-	c, err := newCerts(dir)
+	c, err := newCerts(dir, nil)
 	if err != nil {
 		t.Fatalf("redistest: NewCerts: %v", err)
 	}
 	return c
 }
 
-func newCerts(dir string) (*Certs, error) {
+// NewCertsNamed is NewCerts with a server certificate that carries the
+// DNS names given, and no other name or address: a client that dials
+// 127.0.0.1 verifies it only when told to expect one of those names (as
+// a managed Redis's certificate names its endpoint, not the address a
+// client may dial).
+func NewCertsNamed(t testing.TB, names ...string) *Certs {
+	t.Helper()
+	if len(names) == 0 {
+		t.Fatal("redistest: NewCertsNamed: no name")
+	}
+	c, err := newCerts(t.TempDir(), names)
+	if err != nil {
+		t.Fatalf("redistest: NewCertsNamed: %v", err)
+	}
+	return c
+}
+
+// newCerts writes the files into dir; the server certificate carries
+// names, or, when names is nil, localhost, 127.0.0.1 and ::1.
+func newCerts(dir string, names []string) (*Certs, error) {
 	now := time.Now()
 	key := func() (*ecdsa.PrivateKey, error) { return ecdsa.GenerateKey(elliptic.P256(), rand.Reader) }
 	serial := func() *big.Int {
@@ -92,6 +111,9 @@ func newCerts(dir string) (*Certs, error) {
 			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
 			tmpl.DNSNames = []string{"localhost"}
 			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+			if names != nil {
+				tmpl.DNSNames, tmpl.IPAddresses = names, nil
+			}
 		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
 		if err != nil {

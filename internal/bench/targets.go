@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -248,6 +249,8 @@ func redisError(o RedisOptions, err error) error {
 		return fmt.Errorf("Redis at %s: %s lacks a permission the bench needs (%s)", at, who, msg)
 	case strings.Contains(msg, "ERR AUTH") || strings.Contains(msg, "without any password configured"):
 		return fmt.Errorf("Redis at %s has no password set, but one was given (%s): drop --password", at, msg)
+	case o.TLS != nil && errors.As(err, new(x509.HostnameError)):
+		return fmt.Errorf("Redis at %s: its certificate names another host than the one dialed (%v): give a name it carries with --redis-server-name", at, err)
 	case o.TLS != nil && strings.Contains(msg, "x509: "):
 		return fmt.Errorf("Redis at %s: its certificate does not verify (%v): give the CA that signs it with --redis-ca-file", at, err)
 	case o.TLS != nil && o.TLS.Certificates == nil && o.TLS.GetClientCertificate == nil && transportError(msg):

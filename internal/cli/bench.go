@@ -70,6 +70,7 @@ type benchFlags struct {
 	// TLS to Redis (redis, and --redis-stats).
 	redisTLS                         bool
 	redisCAFile, redisCert, redisKey string
+	redisServerName                  string
 }
 
 const benchAbout = `Sends load to a rate limiter and reports decisions/s, latency (p50 to
@@ -130,6 +131,7 @@ func (e *environ) bench(args []string) int {
 	fs.StringVar(&f.redisCAFile, "redis-ca-file", "", "redis (and --redis-stats): CA certificates (PEM `file`) to verify Redis's certificate with, instead of the system's")
 	fs.StringVar(&f.redisCert, "redis-cert-file", "", "redis (and --redis-stats): client certificate (PEM `file`) for a Redis with tls-auth-clients")
 	fs.StringVar(&f.redisKey, "redis-key-file", "", "redis (and --redis-stats): the client certificate's private key (PEM `file`)")
+	fs.StringVar(&f.redisServerName, "redis-server-name", "", "redis (and --redis-stats): the `name` Redis's TLS certificate carries, when it is not the host dialed (as serve's store.tls.server_name)")
 	fs.StringVar(&f.url, "url", "", "http, grpc: the service's HTTP `address` (default "+defaultURL+")")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:8081", "grpc: the service's gRPC `address`")
 	fs.BoolVar(&f.grpcTLS, "grpc-tls", false, "grpc: dial the service's gRPC listener with TLS (its listen.grpc_tls), verified against the system's CAs or --ca-file")
@@ -309,7 +311,7 @@ func (e *environ) benchConfig(f *benchFlags, set map[string]bool) (bench.Config,
 // redisConn are the flags that name a Redis: the redis target's, or the
 // service's with --redis-stats.
 var redisConn = []string{"host", "port", "user", "password", "redis-cluster", "redis-sentinel",
-	"sentinel-user", "sentinel-password", "redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file"}
+	"sentinel-user", "sentinel-password", "redis-tls", "redis-ca-file", "redis-cert-file", "redis-key-file", "redis-server-name"}
 
 // serviceAccess are the flags of the service's token and TLS.
 var serviceAccess = []string{"token", "ca-file", "cert-file", "key-file", "grpc-tls"}
@@ -377,6 +379,19 @@ func (e *environ) benchServer(f *benchFlags, set map[string]bool, target bench.T
 // --redis-cluster or --redis-sentinel; --user, --password; --redis-tls and
 // its files. pool is the connections' pool size (a Cluster's: per master).
 func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (bench.RedisOptions, int) {
+	o, code := e.redisAddress(f, set, pool)
+	if code >= 0 || !set["redis-server-name"] {
+		return o, code
+	}
+	if o.TLS == nil {
+		return o, e.usageErr("--redis-server-name %q is the name in Redis's TLS certificate: add --redis-tls (or write the addresses rediss://)", f.redisServerName)
+	}
+	o.TLS.ServerName = f.redisServerName
+	return o, -1
+}
+
+// redisAddress is redisOptions but for --redis-server-name.
+func (e *environ) redisAddress(f *benchFlags, set map[string]bool, pool int) (bench.RedisOptions, int) {
 	o := bench.RedisOptions{Username: f.user, Password: f.password, Timeout: f.timeout, PoolSize: pool}
 	cfg, err := tlsFiles("redis-", f.redisCAFile, f.redisCert, f.redisKey)
 	if err != nil {

@@ -255,3 +255,26 @@ func TestBenchRedisAddressesAsServe(t *testing.T) {
 			[]string{"--redis-cluster", `want host:port, redis://host:port or rediss://host:port (TLS), found "http://127.0.0.1:7000"`}},
 	})
 }
+
+// TestBenchRedisServerName: a Redis whose certificate names another host
+// than the one dialed verifies with --redis-server-name, and without it
+// the failure names the flag; the flag without TLS is a usage error.
+func TestBenchRedisServerName(t *testing.T) {
+	t.Parallel()
+	named := redistest.NewCertsNamed(t, "redis.internal")
+	srv := redistest.StartServer(t, redistest.WithTLS(named, false))
+	tlsPort := strconv.Itoa(srv.TLSPort)
+	rep := benchJSON(t, nil, "-p", tlsPort, "--redis-ca-file", named.CAFile, "--redis-server-name", "redis.internal", "-c", "1", "-i", "50", "-t", "1000000")
+	wantExact(t, rep, "the redis target with --redis-server-name", false)
+	if rep.Allowed != 50 {
+		t.Errorf("with --redis-server-name: allowed %d, want 50", rep.Allowed)
+	}
+	wantBenchFailures(t, []string{"-i", "1", "--timeout", "20s"}, "", []benchFailure{
+		{"without --redis-server-name", nil, []string{"-p", tlsPort, "--redis-ca-file", named.CAFile}, 1,
+			[]string{"names another host than the one dialed", "--redis-server-name"}},
+		{"another name", nil, []string{"-p", tlsPort, "--redis-ca-file", named.CAFile, "--redis-server-name", "cache.internal"}, 1,
+			[]string{"certificate is valid for redis.internal, not cache.internal", "--redis-server-name"}},
+		{"without TLS", nil, []string{"-p", tlsPort, "--redis-server-name", "redis.internal"}, 2,
+			[]string{`--redis-server-name "redis.internal" is the name in Redis's TLS certificate: add --redis-tls`}},
+	})
+}

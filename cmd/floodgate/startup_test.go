@@ -51,6 +51,32 @@ func exitOf(t *testing.T, env []string, limit time.Duration, args ...string) (in
 	return 0, "", 0
 }
 
+// exitsAtOnce runs serve's args with --store-wait 1m in a clean
+// environment with env, and fails the test unless it exits non-zero
+// without waiting for the store, saying each of wants and none of
+// secrets. It exits in well under a second; the bound of 20 s tells that
+// from the wait on a loaded machine (exitOf kills it at 30 s).
+func exitsAtOnce(t *testing.T, env, args, wants []string, secrets ...string) {
+	t.Helper()
+	code, stderr, took := exitOf(t, cleanEnv(env...), 30*time.Second, append(args, "--store-wait", "1m")...)
+	if code == 0 {
+		t.Fatalf("exit status 0:\n%s", stderr)
+	}
+	if took > 20*time.Second {
+		t.Errorf("exited after %v with --store-wait 1m: it waited for the store", took)
+	}
+	for _, w := range wants {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	for _, s := range secrets {
+		if strings.Contains(stderr, s) {
+			t.Errorf("stderr shows a password (%q):\n%s", s, stderr)
+		}
+	}
+}
+
 // TestStoreMisconfiguration: a store configuration no retry can mend makes
 // serve exit non-zero at start, without waiting for --store-wait, with a
 // message naming where the
@@ -114,26 +140,7 @@ func TestStoreMisconfiguration(t *testing.T) {
 			[]string{"--redis", "speaks TLS: write its address rediss://"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			// A --store-wait of a minute: serve must not wait for a
-			// server whose answer will not change. It exits in well
-			// under a second; the bound of 20 s tells that from the wait
-			// on a loaded machine (exitOf kills it at 30 s).
-			args := append(append(append([]string{"serve"}, listen...), "--store-wait", "1m"), c.args...)
-			code, stderr, took := exitOf(t, cleanEnv(c.env...), 30*time.Second, args...)
-			if code == 0 {
-				t.Fatalf("exit status 0:\n%s", stderr)
-			}
-			if took > 20*time.Second {
-				t.Errorf("exited after %v with --store-wait 1m: it waited for the store", took)
-			}
-			for _, w := range c.wants {
-				if !strings.Contains(stderr, w) {
-					t.Errorf("stderr lacks %q:\n%s", w, stderr)
-				}
-			}
-			if strings.Contains(stderr, "right-password") || strings.Contains(stderr, "wrong@") || strings.Contains(stderr, ":wrong") {
-				t.Errorf("stderr shows a password:\n%s", stderr)
-			}
+			exitsAtOnce(t, c.env, append(append([]string{"serve"}, listen...), c.args...), c.wants, "right-password", "wrong@", ":wrong")
 		})
 	}
 	_ = port
@@ -163,15 +170,8 @@ func TestStoreMisconfiguration(t *testing.T) {
 		conf := func(extra string) string {
 			return writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore:\n  timeout: 1m\n  url: rediss://"+srv.TLSAddr+"\n  tls: {ca_file: "+named.CAFile+extra+"}\n")
 		}
-		code, stderr, took := exitOf(t, cleanEnv(), 30*time.Second, append(append([]string{"serve"}, listen...), "--store-wait", "1m", "--config", conf(""))...)
-		if code == 0 || took > 20*time.Second {
-			t.Fatalf("exit %d after %v, want non-zero at once:\n%s", code, took, stderr)
-		}
-		for _, w := range []string{"cannot validate certificate for 127.0.0.1", "set store.tls.server_name to a name it carries"} {
-			if !strings.Contains(stderr, w) {
-				t.Errorf("stderr lacks %q:\n%s", w, stderr)
-			}
-		}
+		exitsAtOnce(t, nil, append(append([]string{"serve"}, listen...), "--config", conf("")),
+			[]string{"cannot validate certificate for 127.0.0.1", "set store.tls.server_name to a name it carries"})
 		s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...), "--config", conf(", server_name: redis.internal"))...)
 		defer s.stop()
 		resp, r, err := post(s.http, "/v1/check", `{"policy":"api","key":"k"}`)
@@ -395,22 +395,7 @@ func TestStoreMisconfiguration(t *testing.T) {
 				[]string{`store.sentinel_username "watcher" needs a password`}},
 		} {
 			t.Run(c.name, func(t *testing.T) {
-				args := append(append(append([]string{"serve"}, listen...), "--store-wait", "1m"), c.args...)
-				code, stderr, took := exitOf(t, cleanEnv(c.env...), 30*time.Second, args...)
-				if code == 0 {
-					t.Fatalf("exit status 0:\n%s", stderr)
-				}
-				if took > 20*time.Second {
-					t.Errorf("exited after %v with --store-wait 1m: it waited for the store", took)
-				}
-				for _, w := range c.wants {
-					if !strings.Contains(stderr, w) {
-						t.Errorf("stderr lacks %q:\n%s", w, stderr)
-					}
-				}
-				if strings.Contains(stderr, "-secret") {
-					t.Errorf("stderr shows a password:\n%s", stderr)
-				}
+				exitsAtOnce(t, c.env, append(append([]string{"serve"}, listen...), c.args...), c.wants, "-secret")
 			})
 		}
 		t.Run("both passwords: decides", func(t *testing.T) {

@@ -39,7 +39,7 @@ func TestCredentialsRefused(t *testing.T) {
 		err  string
 		want string // "" for nil
 	}{
-		{sentinel, all + "NOAUTH Authentication required.\nNOAUTH Authentication required.", "the sentinels ask for a password (NOAUTH Authentication required.): give theirs, their requirepass, as store.sentinel_password or FLOODGATE_REDIS_SENTINEL_PASSWORD (store.password is the master's)"},
+		{sentinel, all + "NOAUTH Authentication required.\nNOAUTH Authentication required.", "the sentinels ask for a password (NOAUTH Authentication required.): give it as store.sentinel_password or FLOODGATE_REDIS_SENTINEL_PASSWORD (their requirepass; store.password is the master's)"},
 		{sentinel, all + "WRONGPASS invalid username-password pair or user is disabled.\ndial tcp: connection refused", "the sentinels refuse the credentials given (WRONGPASS invalid username-password pair or user is disabled.): check store.sentinel_username and store.sentinel_password or FLOODGATE_REDIS_SENTINEL_PASSWORD"},
 		{sentinel, all + "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?", "the sentinels ask for no password, but one was given (ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?): drop store.sentinel_password or FLOODGATE_REDIS_SENTINEL_PASSWORD"},
 		{sentinel, "redisstore: NOAUTH Authentication required.", "the master the sentinels name asks for a password (NOAUTH Authentication required.): give it as store.password or FLOODGATE_REDIS_PASSWORD (store.sentinel_password is the sentinels' own)"},

@@ -367,24 +367,19 @@ func (st *openedStore) credentialsRefused(err error) error {
 	if reply == "" {
 		return nil
 	}
+	p := struct{ who, asks, refuses, user, password, other string }{"the master the sentinels name", "asks", "refuses",
+		"store.username", "store.password or " + EnvRedisPassword, "store.sentinel_password is the sentinels' own"}
 	if strings.Contains(msg, "all sentinels specified in configuration are unreachable") {
-		user, password := "store.sentinel_username", "store.sentinel_password or "+EnvSentinelPassword
-		switch {
-		case strings.HasPrefix(reply, "NOAUTH"):
-			return fmt.Errorf("the sentinels ask for a password (%s): give theirs, their requirepass, as %s (store.password is the master's)", reply, password)
-		case strings.HasPrefix(reply, "WRONGPASS"):
-			return fmt.Errorf("the sentinels refuse the credentials given (%s): check %s and %s", reply, user, password)
-		}
-		return fmt.Errorf("the sentinels ask for no password, but one was given (%s): drop %s", reply, password)
+		p.who, p.asks, p.refuses = "the sentinels", "ask", "refuse"
+		p.user, p.password, p.other = "store.sentinel_username", "store.sentinel_password or "+EnvSentinelPassword, "their requirepass; store.password is the master's"
 	}
-	user, password := "store.username", "store.password or "+EnvRedisPassword
 	switch {
 	case strings.HasPrefix(reply, "NOAUTH"):
-		return fmt.Errorf("the master the sentinels name asks for a password (%s): give it as %s (store.sentinel_password is the sentinels' own)", reply, password)
+		return fmt.Errorf("%s %s for a password (%s): give it as %s (%s)", p.who, p.asks, reply, p.password, p.other)
 	case strings.HasPrefix(reply, "WRONGPASS"):
-		return fmt.Errorf("the master the sentinels name refuses the credentials given (%s): check %s and %s", reply, user, password)
+		return fmt.Errorf("%s %s the credentials given (%s): check %s and %s", p.who, p.refuses, reply, p.user, p.password)
 	}
-	return fmt.Errorf("the master the sentinels name asks for no password, but one was given (%s): drop %s", reply, password)
+	return fmt.Errorf("%s %s for no password, but one was given (%s): drop %s", p.who, p.asks, reply, p.password)
 }
 
 // masterUnknown tells sentinels that answer but monitor no master of the

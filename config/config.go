@@ -1187,6 +1187,11 @@ func addrProblems(addrs []string) []addrProblem {
 			continue
 		}
 		schemes[scheme == "rediss"] = true
+		if strings.Contains(rest, "@") {
+			// Not quoted: it holds a password.
+			out = append(out, addrProblem{i, errors.New("credentials (user:password@) do not go in an address: the password has a setting of its own")})
+			continue
+		}
 		if err := CheckAddr(rest, false); err != nil {
 			out = append(out, addrProblem{i, err})
 		}

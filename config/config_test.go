@@ -1142,6 +1142,7 @@ func TestStoreOverride(t *testing.T) {
 		{"type redis without a url", "store:\n  type: redis\n", nil, "f.yaml:4: store.url: type redis needs a url"},
 		{"type redis with a bad url, with --redis", "store:\n  type: redis\n  url: redis://h:99999\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6379"}, "f.yaml:5: store.url: "},
 		{"type redis-cluster without addrs, with FLOODGATE_REDIS_URL", "store:\n  type: redis-cluster\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6379"}, ""},
+		{"a password in a sentinel's address", "store:\n  master: m\n  addrs: [\"rediss://:hunter2@127.0.0.1:26379\"]\n", nil, "f.yaml:5: store.addrs[0]: credentials (user:password@) do not go in an address: the password has a setting of its own"},
 		{"sentinel password with sentinels", "store:\n  master: m\n  addrs: [127.0.0.1:26379]\n  sentinel_password: s3cret\n", nil, ""},
 		{"sentinel password with --redis-sentinel", "store:\n  sentinel_username: w\n  sentinel_password: s3cret\n", &StoreOverride{Type: "redis-sentinel", Master: "m", Addrs: []string{"127.0.0.1:26379"}}, ""},
 		{"sentinel password with a url", "store:\n  url: redis://r:6379\n  sentinel_password: s3cret\n", nil, `f.yaml:5: store.sentinel_password: applies to type redis-sentinel only (the sentinels' own credentials), found type "redis"`},
@@ -1155,6 +1156,8 @@ func TestStoreOverride(t *testing.T) {
 			t.Errorf("%s: error %v, want %q", c.what, err, c.want)
 		case c.want == "" && c.o != nil && (cfg.Store.Type != c.o.Type || cfg.Store.URL != c.o.URL || !slices.Equal(cfg.Store.Addrs, c.o.Addrs)):
 			t.Errorf("%s: store %s %q, want the override's", c.what, cfg.Store.Type, cfg.Store.URL)
+		case err != nil && strings.Contains(err.Error(), "hunter2"):
+			t.Errorf("%s: the error shows the password: %v", c.what, err)
 		case c.want == "" && strings.Contains(c.yaml, "sentinel_password") && cfg.Store.SentinelPassword != "s3cret":
 			t.Errorf("%s: sentinel password %q, want the file's", c.what, cfg.Store.SentinelPassword)
 		case c.want == "" && strings.Contains(c.yaml, "sentinel_username") && cfg.Store.SentinelUsername != "w":

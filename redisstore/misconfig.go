@@ -94,6 +94,34 @@ func ReadOnlyReplica(err error) bool {
 	return WritesRefused(err) == "READONLY"
 }
 
+// AuthRefused returns the error reply by which a server refused the
+// credentials given, or their lack, in err from a store of this package
+// or its go-redis client: NOAUTH (it wants a password), WRONGPASS (it
+// refuses the user or password), or an AUTH sent to a server without a
+// password; "" for any other error, and for nil. sentinels reports
+// whether the refusal came from the Redis Sentinels that a failover client
+// asks for the master (the master's own refusal then reports false). Such
+// an error holds one line per sentinel, in the order they answered; the
+// first refusal among them is returned, whatever failed before it.
+func AuthRefused(err error) (reply string, sentinels bool) {
+	if err == nil {
+		return "", false
+	}
+	msg := err.Error()
+	sentinels = strings.Contains(msg, "all sentinels specified in configuration are unreachable")
+	for _, line := range strings.Split(msg, "\n") {
+		for _, r := range authRefusals {
+			if i := strings.Index(line, r); i >= 0 {
+				return line[i:], sentinels
+			}
+		}
+	}
+	return "", false
+}
+
+// authRefusals begin the replies AuthRefused returns.
+var authRefusals = []string{"NOAUTH", "WRONGPASS", "ERR AUTH", "ERR Client sent AUTH"}
+
 // misconfigured are the reply prefixes (and client messages) of errors no
 // retry can mend.
 var misconfigured = []string{

@@ -143,3 +143,27 @@ func TestPreloadNamesTheMaster(t *testing.T) {
 		t.Errorf("Preload once the master has room: %v", err)
 	}
 }
+
+// TestAuthRefused: a refusal of credentials is found in any line of a
+// failover client's error, and said to be the sentinels' or the master's.
+func TestAuthRefused(t *testing.T) {
+	const all = "redis: all sentinels specified in configuration are unreachable: "
+	for _, c := range []struct {
+		err       error
+		reply     string
+		sentinels bool
+	}{
+		{errors.New(all + "dial tcp 127.0.0.1:1: connect: connection refused\nNOAUTH Authentication required.\nNOAUTH Authentication required."), "NOAUTH Authentication required.", true},
+		{errors.New(all + "i/o timeout\nWRONGPASS invalid username-password pair or user is disabled."), "WRONGPASS invalid username-password pair or user is disabled.", true},
+		{errors.New("floodgate: store unavailable: redisstore: NOAUTH Authentication required."), "NOAUTH Authentication required.", false},
+		{errors.New("ERR Client sent AUTH, but no password is set"), "ERR Client sent AUTH, but no password is set", false},
+		{errors.New(all + "dial tcp 127.0.0.1:1: connect: connection refused"), "", false},
+		{errors.New("NOPERM this user has no permissions to run the 'fcall' command"), "", false},
+		{nil, "", false},
+	} {
+		reply, sentinels := redisstore.AuthRefused(c.err)
+		if reply != c.reply || sentinels != c.sentinels {
+			t.Errorf("AuthRefused(%v) = %q, %v; want %q, %v", c.err, reply, sentinels, c.reply, c.sentinels)
+		}
+	}
+}

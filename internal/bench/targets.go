@@ -228,17 +228,15 @@ func redisError(o RedisOptions, err error) error {
 	msg := err.Error()
 	who := o.who()
 	var netErr net.Error
-	if rest, ok := strings.CutPrefix(msg, "redis: all sentinels specified in configuration are unreachable: "); ok {
-		reply, _, _ := strings.Cut(rest, "\n") // one line per sentinel
-		sentinels := "the sentinels " + strings.Join(o.SentinelAddrs, ",")
+	if reply, sentinels := redisstore.AuthRefused(err); sentinels {
+		at := "the sentinels " + strings.Join(o.SentinelAddrs, ",")
 		switch {
 		case strings.HasPrefix(reply, "NOAUTH"):
-			return fmt.Errorf("%s ask for a password (%s): give theirs with --sentinel-password (--password is the master's)", sentinels, reply)
+			return fmt.Errorf("%s ask for a password (%s): give theirs with --sentinel-password, and --sentinel-user for an ACL user of theirs (--password is the master's)", at, reply)
 		case strings.HasPrefix(reply, "WRONGPASS"):
-			return fmt.Errorf("%s refused the credentials given (%s): check --sentinel-user and --sentinel-password", sentinels, reply)
-		case strings.Contains(reply, "ERR AUTH") || strings.Contains(reply, "no password is set"):
-			return fmt.Errorf("%s have no password set, but one was given (%s): drop --sentinel-password", sentinels, reply)
+			return fmt.Errorf("%s refused the credentials given (%s): check --sentinel-user and --sentinel-password", at, reply)
 		}
+		return fmt.Errorf("%s have no password set, but one was given (%s): drop --sentinel-password", at, reply)
 	}
 	switch {
 	case strings.HasPrefix(msg, "WRONGPASS"):

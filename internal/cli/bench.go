@@ -162,7 +162,7 @@ func (e *environ) bench(args []string) int {
 	fs.Int64Var(&f.cost, "cost", 1, "the `units` each request costs")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long one request may take")
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON (docs/bench.md gives the schema)")
-	fs.BoolVar(&f.redisStats, "redis-stats", false, "report what the run cost Redis (CPU, commands and reads a decision, from its INFO before and after the run): on by default with --target redis (--redis-stats=false turns it off); with http or grpc, of the service's Redis, named as for the redis target (--host and --port, --redis-cluster or --redis-sentinel; --user, --password; --redis-tls and its files)")
+	fs.BoolVar(&f.redisStats, "redis-stats", false, "report what the run cost Redis (CPU, commands and reads a decision, from its INFO before and after the run): on by default with --target redis (--redis-stats=false turns it off); with http or grpc, of the service's Redis, named as for the redis target (--host and --port, --redis-cluster or --redis-sentinel with --sentinel-user and --sentinel-password; --user, --password; --redis-tls, its files and --redis-server-name)")
 	fs.StringVar(&f.progress, "progress", "auto", "progress `mode` on stderr: auto (a line redrawn on a terminal, else plain lines), tty, lines or off")
 	fs.DurationVar(&f.every, "progress-every", time.Second, "how often a progress line is printed when not on a terminal")
 	// The seed generator's short flags (its --help: -p, -u, -P, -c, -i,
@@ -383,14 +383,18 @@ func (e *environ) redisOptions(f *benchFlags, set map[string]bool, pool int) (be
 	if code >= 0 || !set["redis-server-name"] {
 		return o, code
 	}
-	if o.TLS == nil {
+	switch {
+	case f.redisServerName == "":
+		return o, e.usageErr("--redis-server-name: want the host name Redis's TLS certificate carries, found none")
+	case o.TLS == nil:
 		return o, e.usageErr("--redis-server-name %q is the name in Redis's TLS certificate: add --redis-tls (or write the addresses rediss://)", f.redisServerName)
 	}
 	o.TLS.ServerName = f.redisServerName
 	return o, -1
 }
 
-// redisAddress is redisOptions but for --redis-server-name.
+// redisAddress builds the RedisOptions of every flag but
+// --redis-server-name.
 func (e *environ) redisAddress(f *benchFlags, set map[string]bool, pool int) (bench.RedisOptions, int) {
 	o := bench.RedisOptions{Username: f.user, Password: f.password, Timeout: f.timeout, PoolSize: pool}
 	cfg, err := tlsFiles("redis-", f.redisCAFile, f.redisCert, f.redisKey)
@@ -417,6 +421,9 @@ func (e *environ) redisAddress(f *benchFlags, set map[string]bool, pool int) (be
 		return o, e.usageErr("give --redis-sentinel, or --host and --port, not both")
 	case set["redis-cluster"]:
 		addrs := splitAddrs(f.redisCluster)
+		if strings.Contains(f.redisCluster, "@") { // not repeated: it holds a password
+			return o, e.usageErr("--redis-cluster: credentials do not go in the addresses: give them with --user and --password")
+		}
 		if err := checkAddrs(addrs); err != nil {
 			return o, e.usageErr("--redis-cluster %q: %v", f.redisCluster, err)
 		}
@@ -424,7 +431,10 @@ func (e *environ) redisAddress(f *benchFlags, set map[string]bool, pool int) (be
 		return o, e.schemeTLS(&o, addrs, set, f)
 	case set["redis-sentinel"]:
 		master, addrs, err := parseSentinel(f.redisSentinel)
-		if err != nil {
+		switch {
+		case errors.Is(err, errCredentialsInAddrs):
+			return o, e.usageErr("--redis-sentinel: %v: give the sentinels' with --sentinel-user and --sentinel-password, the master's with --user and --password", err)
+		case err != nil:
 			return o, e.usageErr("--redis-sentinel %v", err)
 		}
 		o.SentinelMaster, o.SentinelAddrs = master, config.Store{Addrs: addrs}.HostPorts()

@@ -214,7 +214,7 @@ func TestBenchSentinelAuth(t *testing.T) {
 	}
 	wantBenchFailures(t, []string{"-i", "1", "--timeout", "3s"}, "-secret", []benchFailure{
 		{"no sentinel credentials", nil, []string{"--redis-sentinel", at, "-P", "master-secret"}, 1,
-			[]string{"the sentinels " + strings.Join(sn.Addrs, ","), "ask for a password (NOAUTH", "--sentinel-password (--password is the master's)"}},
+			[]string{"the sentinels " + strings.Join(sn.Addrs, ","), "ask for a password (NOAUTH", "give theirs with --sentinel-password, and --sentinel-user for an ACL user of theirs (--password is the master's)"}},
 		{"a wrong sentinel password", nil, slicesWith(both, "--sentinel-password", "wrong-secret"), 1,
 			[]string{"refused the credentials given (WRONGPASS", "check --sentinel-user and --sentinel-password"}},
 		{"no master password", nil, []string{"--redis-sentinel", at, "--sentinel-user", "watcher", "--sentinel-password", "sentinel-secret"}, 1,
@@ -253,6 +253,12 @@ func TestBenchRedisAddressesAsServe(t *testing.T) {
 			[]string{"--redis-sentinel", "give every address rediss:// (TLS) or none"}},
 		{"a cluster's seed of another scheme", nil, []string{"--redis-cluster", "http://127.0.0.1:7000"}, 2,
 			[]string{"--redis-cluster", `want host:port, redis://host:port or rediss://host:port (TLS), found "http://127.0.0.1:7000"`}},
+	})
+	wantBenchFailures(t, []string{"-i", "1"}, "hunter2", []benchFailure{
+		{"a password in a sentinel's address", nil, []string{"--redis-sentinel", "m@rediss://:hunter2@127.0.0.1:26379"}, 2,
+			[]string{"--redis-sentinel: credentials do not go in the sentinels' addresses: give the sentinels' with --sentinel-user and --sentinel-password"}},
+		{"a password in a seed's address", nil, []string{"--redis-cluster", "rediss://u:hunter2@127.0.0.1:7000"}, 2,
+			[]string{"--redis-cluster: credentials do not go in the addresses: give them with --user and --password"}},
 	})
 }
 

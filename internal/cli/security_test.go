@@ -500,12 +500,16 @@ func TestCheckSecurity(t *testing.T) {
 		{map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "store:\n  timeout: 1000h\n")}, "store.timeout: want at most 1m0s"},
 		{map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "store:\n  tls: {server_name: redis.example}\n"), cli.EnvRedisURL: "redis://127.0.0.1:6380"},
 			"store.tls: settings without TLS: set store.tls.enabled, or write the url or addrs rediss:// (the store is FLOODGATE_REDIS_URL's, not the file's)"},
+		{map[string]string{cli.EnvRedisSentinel: "m@rediss://:hunter2@127.0.0.1:26379"},
+			"floodgate: FLOODGATE_REDIS_SENTINEL: credentials do not go in the sentinels' addresses: the sentinels' password is FLOODGATE_REDIS_SENTINEL_PASSWORD (store.sentinel_password), the master's FLOODGATE_REDIS_PASSWORD (store.password)"},
+		{map[string]string{cli.EnvRedisCluster: "redis://default:hunter2@127.0.0.1:7000"},
+			"floodgate: FLOODGATE_REDIS_CLUSTER: [0]: credentials (user:password@) do not go in an address"},
 		{map[string]string{cli.EnvRedisURL: "redis://127.0.0.1:6380", cli.EnvSentinelPassword: "sentinel-secret"},
 			`FLOODGATE_REDIS_SENTINEL_PASSWORD: applies to a store behind Sentinel (--redis-sentinel or store.type redis-sentinel), found store type "redis"`},
 	} {
 		code, out, errOut := run(t, c.env, "check")
-		if code != 1 || out != "" || !strings.Contains(errOut, c.want) {
-			t.Errorf("check with %v: exit %d, %q %q; want 1 and %q", c.env, code, out, errOut, c.want)
+		if code != 1 || out != "" || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "hunter2") {
+			t.Errorf("check with %v: exit %d, %q %q; want 1 and %q, without the password", c.env, code, out, errOut, c.want)
 		}
 	}
 	// The file's TLS settings with the store's URL from the environment,

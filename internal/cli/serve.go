@@ -157,19 +157,23 @@ func (e *environ) storeOverride(f serveFlags) (*config.StoreOverride, error) {
 	switch {
 	case redisURL != "":
 		if err := config.CheckRedisURL(redisURL); err != nil {
-			return nil, fmt.Errorf("floodgate: --redis: %w", err)
+			return nil, fmt.Errorf("floodgate: %s: %w", from(f.redisURL, "--redis", EnvRedisURL), err)
 		}
 		return &config.StoreOverride{From: from(f.redisURL, "--redis", EnvRedisURL), Type: "redis", URL: redisURL}, nil
 	case cluster != "":
 		addrs := splitAddrs(cluster)
 		if err := checkAddrs(addrs); err != nil {
-			return nil, fmt.Errorf("floodgate: --redis-cluster: %w", err)
+			return nil, fmt.Errorf("floodgate: %s: %w", from(f.redisCluster, "--redis-cluster", EnvRedisCluster), err)
 		}
 		return &config.StoreOverride{From: from(f.redisCluster, "--redis-cluster", EnvRedisCluster), Type: "redis-cluster", Addrs: addrs}, nil
 	case sentinel != "":
 		master, addrs, err := parseSentinel(sentinel)
-		if err != nil {
-			return nil, fmt.Errorf("floodgate: --redis-sentinel %w", err)
+		switch {
+		case errors.Is(err, errCredentialsInAddrs):
+			return nil, fmt.Errorf("floodgate: %s: %w: the sentinels' password is %s (store.sentinel_password), the master's %s (store.password)",
+				from(f.redisSentinel, "--redis-sentinel", EnvRedisSentinel), err, EnvSentinelPassword, EnvRedisPassword)
+		case err != nil:
+			return nil, fmt.Errorf("floodgate: %s %w", from(f.redisSentinel, "--redis-sentinel", EnvRedisSentinel), err)
 		}
 		return &config.StoreOverride{From: from(f.redisSentinel, "--redis-sentinel", EnvRedisSentinel), Type: "redis-sentinel", Addrs: addrs, Master: master}, nil
 	}
@@ -287,13 +291,21 @@ func (e *environ) adminToken(cfg *config.Config, f serveFlags) error {
 // checkAddrs reports what is wrong with the addresses of a flag.
 func checkAddrs(addrs []string) error { return config.CheckAddrs(addrs) }
 
+// errCredentialsInAddrs is parseSentinel's error for addresses that hold
+// credentials (user:password@), which it does not repeat.
+var errCredentialsInAddrs = errors.New("credentials do not go in the sentinels' addresses")
+
 // parseSentinel reads MASTER@host:port,host:port (--redis-sentinel, of
 // serve and of bench): the master's name and the sentinels' addresses,
 // each host:port, redis://host:port or rediss://host:port (TLS), all with
 // TLS or none. The error starts with the value, quoted, for the flag's
-// name to go before it.
+// name to go before it; errCredentialsInAddrs, for addresses that hold a
+// password, does not.
 func parseSentinel(v string) (master string, addrs []string, err error) {
 	master, list, ok := strings.Cut(v, "@")
+	if ok && strings.Contains(list, "@") {
+		return "", nil, errCredentialsInAddrs
+	}
 	if !ok || master == "" || strings.TrimSpace(list) == "" {
 		return "", nil, fmt.Errorf("%q: want MASTER@host:port,host:port, the master's name and its sentinels", v)
 	}
@@ -734,7 +746,8 @@ func connBounds(b config.RequestBounds) config.RequestBounds {
 func storeChanged(a, b config.Store) bool {
 	return a.Type != b.Type || a.URL != b.URL || !slices.Equal(a.Addrs, b.Addrs) || a.Master != b.Master ||
 		a.Username != b.Username || a.Password != b.Password || a.SentinelUsername != b.SentinelUsername || a.SentinelPassword != b.SentinelPassword || a.Prefix != b.Prefix ||
-		a.HashKeysSecret != b.HashKeysSecret || a.MaxKeys != b.MaxKeys || a.TLS != b.TLS || a.Clock != b.Clock || a.Counters != b.Counters
+		a.HashKeysSecret != b.HashKeysSecret || a.MaxKeys != b.MaxKeys || a.TLS != b.TLS || a.Clock != b.Clock || a.Counters != b.Counters ||
+		a.ReadFromReplicas != b.ReadFromReplicas
 }
 
 // checkNewStore probes the store settings of a reloaded configuration,

@@ -356,22 +356,16 @@ func (st *openedStore) credentialsRefused(err error) error {
 	if st.sentinel == nil {
 		return nil
 	}
-	msg := err.Error()
-	var reply string
-	for _, r := range []string{"NOAUTH", "WRONGPASS", "ERR AUTH", "ERR Client sent AUTH"} {
-		if i := strings.Index(msg, r); i >= 0 {
-			reply, _, _ = strings.Cut(msg[i:], "\n") // go-redis joins one line per sentinel
-			break
-		}
-	}
+	reply, sentinels := redisstore.AuthRefused(err)
 	if reply == "" {
 		return nil
 	}
 	p := struct{ who, asks, refuses, user, password, other string }{"the master the sentinels name", "asks", "refuses",
 		"store.username", "store.password or " + EnvRedisPassword, "store.sentinel_password is the sentinels' own"}
-	if strings.Contains(msg, "all sentinels specified in configuration are unreachable") {
+	if sentinels {
 		p.who, p.asks, p.refuses = "the sentinels", "ask", "refuse"
-		p.user, p.password, p.other = "store.sentinel_username", "store.sentinel_password or "+EnvSentinelPassword, "their requirepass; store.password is the master's"
+		p.user, p.password = "store.sentinel_username", "store.sentinel_password or "+EnvSentinelPassword
+		p.other = "their requirepass, with store.sentinel_username for an ACL user of theirs; store.password is the master's"
 	}
 	switch {
 	case strings.HasPrefix(reply, "NOAUTH"):
@@ -473,7 +467,8 @@ func tlsProblem(err error) bool {
 // (x509.HostnameError, whose text is all that is left once wrapped).
 func hostnameMismatch(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, "x509: certificate is valid for") || strings.Contains(msg, "because it doesn't contain any IP SANs")
+	return strings.Contains(msg, "x509: certificate is valid for") || strings.Contains(msg, "x509: certificate is not valid for any names") ||
+		strings.Contains(msg, "because it doesn't contain any IP SANs")
 }
 
 // storeOrigin names where the store's settings came from, for messages:

@@ -366,7 +366,8 @@ func TestHelmChart(t *testing.T) {
 			c.more(t, d)
 		})
 	}
-	for _, sets := range [][]string{{"redis.mode=sentinel"}, {"redis.mode=url"}, {"redis.mode=cluster"}, {"redis.mode=sentinels", "redis.sentinel=m@s:26379"}} {
+	for _, sets := range [][]string{{"redis.mode=sentinel"}, {"redis.mode=url"}, {"redis.mode=cluster"}, {"redis.mode=sentinels", "redis.sentinel=m@s:26379"},
+		{"redis.mode=url", "redis.url=redis://r:6379", "redis.sentinelPassword=s3cret"}} {
 		if _, err := helmTemplate(t, sets...); err == nil {
 			t.Errorf("helm template --set %s: rendered, want an error", strings.Join(sets, " "))
 		}

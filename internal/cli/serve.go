@@ -85,7 +85,7 @@ func (e *environ) serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.grpc, "grpc", "", "gRPC listen `address` (default from the configuration, else 127.0.0.1:8081)")
 	fs.StringVar(&f.redisURL, "redis", "", "Redis `URL`: redis://[user:password@]host:port[/db], rediss:// for TLS")
 	fs.StringVar(&f.redisCluster, "redis-cluster", "", "Redis Cluster seed `nodes`, comma separated host:port (rediss://host:port for TLS)")
-	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "Redis Sentinel: `MASTER@host:port,host:port` (the sentinels; rediss://host:port for TLS)")
+	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "Redis Sentinel: `MASTER@host:port,host:port` (the sentinels; rediss://host:port for TLS; a password of their own: FLOODGATE_REDIS_SENTINEL_PASSWORD)")
 	fs.BoolVar(&f.readReplicas, "redis-read-from-replicas", false, "with a Redis Cluster: send peeks (read-only) to the replicas too, adds to the masters; a replica lags,\nso a peek may see a count from a moment ago (store.read_from_replicas)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")

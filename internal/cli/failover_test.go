@@ -356,13 +356,29 @@ func (l *failoverLoad) showFailures() {
 // TestSentinelFailover: the same through Redis Sentinel (a master, a
 // replica, three sentinels with down-after-milliseconds 1000): every key
 // lives on the one master, and is decided by Redis again after the
-// sentinels name the new master.
+// sentinels name the new master; also when the servers and the sentinels
+// each ask for a password of their own.
 func TestSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis Sentinel and kills the master")
 	}
-	st := redistest.StartSentinel(t)
-	l := newFailoverLoad(t, "store:\n  type: redis-sentinel\n  master: "+st.MasterName+"\n  addrs: ["+strings.Join(st.Addrs, ", ")+"]\n")
+	for _, c := range []struct {
+		name  string
+		opts  []redistest.SentinelOption
+		store string // more store settings
+	}{
+		{"no passwords", nil, ""},
+		{"passwords", []redistest.SentinelOption{redistest.WithMasterAuth("", "master-secret"), redistest.WithSentinelAuth("", "sentinel-secret")},
+			"  password: master-secret\n  sentinel_password: sentinel-secret\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) { sentinelFailover(t, c.store, c.opts...) })
+	}
+}
+
+// sentinelFailover is one case of TestSentinelFailover.
+func sentinelFailover(t *testing.T, store string, opts ...redistest.SentinelOption) {
+	st := redistest.StartSentinel(t, opts...)
+	l := newFailoverLoad(t, "store:\n  type: redis-sentinel\n  master: "+st.MasterName+"\n  addrs: ["+strings.Join(st.Addrs, ", ")+"]\n"+store)
 	var keys []string
 	for i := range 16 {
 		keys = append(keys, fmt.Sprintf("user%d", i))

@@ -1,7 +1,11 @@
 package cli
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
+	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -54,6 +58,26 @@ func TestCredentialsRefused(t *testing.T) {
 			t.Errorf("%q: %v, want nil", c.err, got)
 		case c.want != "" && (got == nil || got.Error() != c.want):
 			t.Errorf("%q:\n got %v\nwant %s", c.err, got, c.want)
+		}
+	}
+}
+
+// TestTimedOut: an attempt cut short by its deadline is told from a
+// failure that says why the store refuses.
+func TestTimedOut(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("floodgate: store unavailable: redisstore: %w", context.DeadlineExceeded), true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, true},
+		{errors.New("floodgate: store unavailable: redisstore: i/o timeout"), true},
+		{errors.New("floodgate: store unavailable: redisstore: loading the function library: READONLY You can't write against a read only replica."), false},
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), false},
+	} {
+		if got := timedOut(c.err); got != c.want {
+			t.Errorf("timedOut(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

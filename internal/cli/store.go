@@ -219,7 +219,7 @@ func probeStore(ctx context.Context, st *openedStore, wait time.Duration, log *s
 			err = st.redis.Preload(actx)
 		}
 		cancel()
-		if err != nil && (last == nil || !errors.Is(err, context.DeadlineExceeded)) {
+		if err != nil && (last == nil || !timedOut(err)) {
 			last = err
 		}
 		switch {
@@ -255,6 +255,16 @@ func probeStore(ctx context.Context, st *openedStore, wait time.Duration, log *s
 		case <-time.After(min(250*time.Millisecond, time.Until(deadline))):
 		}
 	}
+}
+
+// timedOut reports whether err is an attempt cut short by its deadline
+// (the context's, or the socket's that go-redis sets from it), which says
+// less than the failure seen before it: a refusal seen once must not turn
+// into "does not answer" because the last attempt ran out of time on a
+// busy machine.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) || strings.Contains(err.Error(), "i/o timeout")
 }
 
 // A refusal is a state in which Redis answers but refuses every write

@@ -65,7 +65,13 @@ func (b *syncBuffer) String() string {
 // floodgateCheck runs "floodgate check --config path" in-process and
 // returns its exit status and output.
 func floodgateCheck(path string) (int, string) {
+	return floodgateCheckEnv(path, nil)
+}
+
+// floodgateCheckEnv is floodgateCheck with the environment variables of
+// env (and no others), as a container that sets them runs serve.
+func floodgateCheckEnv(path string, env map[string]string) (int, string) {
 	var out, errOut syncBuffer
-	code := cli.Run(context.Background(), []string{"check", "--config", path}, &out, &errOut, func(string) string { return "" })
+	code := cli.Run(context.Background(), []string{"check", "--config", path}, &out, &errOut, func(k string) string { return env[k] })
 	return code, out.String() + errOut.String()
 }

@@ -3,10 +3,12 @@ package shipcheck
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,6 +207,26 @@ func (d deployment) check(t *testing.T, what string) {
 	}
 	if code, out := floodgateCheck(dir); code != 0 {
 		t.Errorf("%s: floodgate check of ConfigMap %s: exit %d\n%s", what, cmName, code, out)
+	}
+	// And with the variables the manifests give it: the values of a
+	// Secret they hold (the store's address, its passwords) must pass too.
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			if s := d.secrets[e.ValueFrom.SecretKeyRef.Name]; s != nil {
+				if v, ok := s.StringData[e.ValueFrom.SecretKeyRef.Key]; ok {
+					env[e.Name] = v
+				}
+			}
+		}
+	}
+	if len(env) > 0 {
+		if code, out := floodgateCheckEnv(dir, env); code != 0 {
+			t.Errorf("%s: floodgate check of ConfigMap %s with the variables %v: exit %d\n%s", what, cmName, slices.Sorted(maps.Keys(env)), code, out)
+		}
 	}
 
 	// Every Secret a required variable reads is in the manifests.

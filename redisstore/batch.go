@@ -144,7 +144,7 @@ func (s *Store) joinBatch(calls []*call) []*call {
 			continue
 		}
 		slot, b := 0, only
-		if s.cluster != nil {
+		if s.sharded {
 			if open == nil {
 				open = make(map[int]*call)
 			}
@@ -153,7 +153,7 @@ func (s *Store) joinBatch(calls []*call) []*call {
 		}
 		if b == nil || len(b.subs) == batchMax {
 			b = &call{kind: fcall, name: library.batch}
-			if s.cluster != nil {
+			if s.sharded {
 				open[slot] = b
 			} else {
 				only = b

@@ -86,7 +86,7 @@ func (s *Store) takeBudget(ctx context.Context, req *floodgate.Request, until *t
 		}
 		preps[i] = pr
 		ks := s.keys(p, pr, key, false)
-		if s.cluster != nil {
+		if s.sharded {
 			if sl := keySlot(ks[0]); slot < 0 {
 				slot = sl
 			} else if sl != slot {

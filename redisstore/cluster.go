@@ -50,16 +50,18 @@ func newKeyCmd(ctx context.Context, name, key string, args ...any) decisionCmd {
 }
 
 // Sharded reports whether the store is on a Redis Cluster, where a
-// group's members must share a slot (storekit.Sharded).
-func (s *Store) Sharded() bool { return s.cluster != nil }
+// group's members must share a slot (storekit.Sharded): a
+// *redis.ClusterClient's store without WithOneMaster.
+func (s *Store) Sharded() bool { return s.sharded }
 
 // Node names the Cluster master that decides key under p: its address, as
 // the cluster's slot map has it now. It makes the Store a storekit.Router,
 // so that a failure policy (package failure) judges each master on its
 // own and a failing shard never degrades keys on healthy ones. Without a
-// Cluster, or when the slot map is not known, it returns "".
+// Cluster (WithOneMaster too), or when the slot map is not known, it
+// returns "".
 func (s *Store) Node(ctx context.Context, p *floodgate.Policy, key string) string {
-	if s.cluster == nil || p == nil {
+	if !s.sharded || p == nil {
 		return ""
 	}
 	if _, err := s.prepare(p); err != nil {

@@ -52,8 +52,8 @@
 // (COMMAND INFO flags it readonly). A client built to read from replicas
 // (ClusterOptions.ReadOnly, with RouteRandomly or RouteByLatency if
 // wanted; for Sentinel, FailoverOptions.ReplicaOnly or RouteRandomly with
-// NewFailoverClusterClient) then sends peeks to replicas and adds to the
-// masters. A replica lags its master: a peek served by one may see a count
+// NewFailoverClusterClient, given to New with WithOneMaster) then sends
+// peeks to replicas and adds to the masters. A replica lags its master: a peek served by one may see a count
 // from a moment ago, so it can answer "allowed" where the master would
 // deny, or report more remaining. Adds are never affected. On the script
 // path peeks go to the masters. So does a TakeBatch that adds as well as
@@ -127,7 +127,12 @@ type Store struct {
 	maxKeyLen int
 	hashKey   []byte               // nil: keys as given
 	minTTL    int64                // µs
-	cluster   *redis.ClusterClient // the client, when it is one (Node)
+	cluster   *redis.ClusterClient // the client, when it is one
+	// sharded: the cluster client's slots are on several masters (a Redis
+	// Cluster): a group's keys must share a slot, a batch is joined by
+	// slot and Node names masters. False for WithOneMaster.
+	sharded   bool
+	oneMaster bool // WithOneMaster
 	// replicaReads: the cluster client sends read-only commands to
 	// replicas, so TakeBatch leaves a batch of peeks alone unjoined.
 	replicaReads bool
@@ -232,11 +237,31 @@ func WithHashedKeys(secret []byte) Option {
 	}
 }
 
+// WithOneMaster tells New that its *redis.ClusterClient sends every slot
+// to one master and that master's replicas, as the client go-redis's
+// NewFailoverClusterClient builds for a Sentinel deployment whose peeks
+// may go to replicas, and is not a Redis Cluster's. The store then
+// decides as on one server: a group's keys may be on any slots, a
+// TakeBatch joins decisions whatever their slots, Ping checks that the
+// master takes writes, Sharded reports false and Node "". Given with a
+// Redis Cluster's client, whose servers refuse a call over two slots
+// (CROSSSLOT), it makes groups and joined batches fail: leave it out
+// there. With a client that is not a *redis.ClusterClient it changes
+// nothing.
+func WithOneMaster() Option {
+	return func(s *Store) error {
+		s.oneMaster = true
+		return nil
+	}
+}
+
 // New returns a Store deciding through client, which may be a
 // *redis.Client (standalone, or Sentinel via redis.NewFailoverClient) or a
-// *redis.ClusterClient. The caller keeps ownership of the client: Close
-// does not close it. New does not contact Redis; call Preload to load the
-// scripts ahead of the first decision.
+// *redis.ClusterClient: a Redis Cluster's, or one master's with its
+// replicas with WithOneMaster (Sentinel via redis.NewFailoverClusterClient).
+// The caller keeps ownership of the client: Close does not close it. New
+// does not contact Redis; call Preload to load the scripts ahead of the
+// first decision.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: New: nil client")
@@ -256,7 +281,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		s.b = goRedis{c: client, ttls: s.ttls}
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
-		s.cluster = cc
+		s.cluster, s.sharded = cc, !s.oneMaster
 		o := cc.Options()
 		s.replicaReads = o.ReadOnly || o.RouteByLatency || o.RouteRandomly
 		cc.AddHook(reloadHook{cc: cc, last: new(atomic.Int64)})
@@ -321,7 +346,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if _, err := s.b.time(ctx); err != nil {
 		return classify(ctx, err)
 	}
-	if s.cluster != nil {
+	if s.sharded {
 		return nil
 	}
 	if s.scriptsOnly.Load() {

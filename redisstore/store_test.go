@@ -236,6 +236,104 @@ func TestSentinel(t *testing.T) {
 	}
 }
 
+// TestSentinelReplicas: through go-redis's NewFailoverClusterClient, with
+// WithOneMaster, a Sentinel master decides as one server does: random
+// decisions agree with memstore's (groups over any keys), a TakeBatch over
+// many slots is one joined call, Ping checks the master takes writes, and
+// with ReplicaOnly every peek goes to the replica, every add to the
+// master. Without WithOneMaster the store takes the client for a
+// Cluster's.
+func TestSentinelReplicas(t *testing.T) {
+	st := redistest.StartSentinel(t)
+	failover := func(replicaOnly bool) *redis.ClusterClient {
+		c := redis.NewFailoverClusterClient(&redis.FailoverOptions{MasterName: st.MasterName, SentinelAddrs: st.Addrs, MaxRetries: -1,
+			ReplicaOnly: replicaOnly, DialTimeout: time.Minute, ReadTimeout: clientRead, WriteTimeout: clientRead})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	if !newStore(t, failover(false)).Sharded() {
+		t.Error("a cluster client's store without WithOneMaster: Sharded() = false, want true")
+	}
+	t.Run("Differential", func(t *testing.T) {
+		differential(t, failover(false), "one", 10, 150, redisstore.WithOneMaster())
+	})
+
+	s := newStore(t, failover(true), redisstore.WithOneMaster())
+	if s.Sharded() {
+		t.Error("WithOneMaster: Sharded() = true, want false")
+	}
+	ctx := context.Background()
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	p := floodgate.Policy{Name: "one", Algorithm: floodgate.FixedWindow, Max: 100, Window: time.Hour, Align: floodgate.AlignFirst}
+	if n := s.Node(ctx, &p, "k"); n != "" {
+		t.Errorf("Node = %q, want \"\" on one master", n)
+	}
+	keys := make([]string, 20)
+	slots := map[int]bool{}
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+		slots[redisstore.KeySlot(redisstore.DecisionKeys(s, &p, keys[i])[0])] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("the %d keys share one slot", len(keys))
+	}
+	calls := func(n *redistest.Server, cmd string) int64 { return n.Calls(t, cmd) }
+	// The differential's peeks went to the master: count from here.
+	masterRO, replicaRO, replicaRW := calls(st.Master, "fcall_ro"), calls(st.Replica, "fcall_ro"), calls(st.Replica, "fcall")
+	before := calls(st.Master, "fcall")
+	adds := make([]floodgate.Request, len(keys))
+	for i, k := range keys {
+		adds[i] = floodgate.Request{Policy: &p, Key: k, N: 4}
+	}
+	out := make([]storekit.Outcome, len(keys))
+	s.TakeBatch(ctx, adds, out)
+	for i, o := range out {
+		if o.Err != nil || !o.Decision.Allowed || o.Decision.Remaining != 96 {
+			t.Fatalf("TakeBatch of adds, #%d: %v, %v; want allowed with 96 remaining", i, o.Decision, o.Err)
+		}
+	}
+	if d := calls(st.Master, "fcall") - before; d != 1 {
+		t.Errorf("a TakeBatch of %d adds over %d slots made %d FCALLs on the master, want 1 joined call", len(keys), len(slots), d)
+	}
+	q := floodgate.Policy{Name: "org", Algorithm: floodgate.FixedWindow, Max: 10, Window: time.Hour, Align: floodgate.AlignFirst}
+	d, err := s.Take(ctx, floodgate.Request{Policy: &p, Key: "user7", N: 1, Group: []floodgate.Request{{Policy: &q, Key: "org3"}}})
+	if err != nil || !d.Allowed {
+		t.Errorf("a group over two slots: %v, %v; want allowed", d, err)
+	}
+
+	for _, k := range keys {
+		var d floodgate.Decision
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var err error
+			if d, err = s.Take(ctx, floodgate.Request{Policy: &p, Key: k, N: 1, Peek: true}); err != nil {
+				t.Fatal(err)
+			}
+			if d.Remaining == 95 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !d.Allowed || d.Remaining != 95 { // 4 added, 1 more asked
+			t.Errorf("peek of %s: %v, want allowed with 95 remaining once the replica caught up", k, d)
+		}
+	}
+	if n := calls(st.Replica, "fcall_ro") - replicaRO; n < int64(len(keys)) {
+		t.Errorf("%d FCALL_RO on the replica for %d peeks", n, len(keys))
+	}
+	if n := calls(st.Master, "fcall_ro") - masterRO; n != 0 {
+		t.Errorf("%d FCALL_RO on the master, want every peek on the replica", n)
+	}
+	if n := calls(st.Replica, "fcall") - replicaRW; n != 0 {
+		t.Errorf("%d FCALLs on the replica, want every add on the master", n)
+	}
+}
+
 // testSeed returns the seed of a randomized test, FLOODGATE_SEED's when set
 // and else the clock's, and logs how to run the test again with it.
 func testSeed(t *testing.T) uint64 {
@@ -259,7 +357,7 @@ func differential(t *testing.T, c redis.UniversalClient, tag string, runs, ops i
 	}
 	defer mem.Close()
 	var red floodgate.Store = newStore(t, c, append([]redisstore.Option{redisstore.WithClock(clock), redisstore.WithMinTTL(time.Hour), redisstore.WithPrefix(fmt.Sprintf("d%d%s", seed%1e6, tag))}, opts...)...)
-	if _, ok := c.(*redis.ClusterClient); ok {
+	if red.(*redisstore.Store).Sharded() {
 		// Groups over different keys share a slot only with hash_tag.
 		red = &taggedStore{Store: red.(*redisstore.Store), all: true}
 	}

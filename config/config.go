@@ -96,10 +96,11 @@ type Store struct {
 	// OverLimitCache answers keys already over a fixed window's limit
 	// locally until the window ends (default true).
 	OverLimitCache bool
-	// ReadFromReplicas sends peeks (FCALL_RO, which writes nothing) to a
-	// Cluster's replicas, and adds to its masters (type redis-cluster
-	// only; default false). A replica lags its master, so a peek may see a
-	// count from a moment ago.
+	// ReadFromReplicas sends peeks (FCALL_RO, which writes nothing) to
+	// the replicas too, at random with the master, and adds to the
+	// masters (types redis-cluster and redis-sentinel, whose replicas the
+	// sentinels name; default false). A replica lags its master, so a
+	// peek may see a count from a moment ago.
 	ReadFromReplicas bool
 	// Clock says whose clock times the decisions made in Redis: "redis"
 	// (the default, also meant by ""), the server's TIME read by each call, or
@@ -1085,8 +1086,8 @@ func (r *reader) store(n *yaml.Node, s *Store) {
 		// written; TLS and replicas are judged against the store in use.
 		s.Type, s.URL, s.Addrs, s.Master = o.Type, o.URL, o.Addrs, o.Master
 	}
-	if s.ReadFromReplicas && s.Type != "redis-cluster" {
-		r.errorf(line("read_from_replicas"), "store.read_from_replicas", "applies to type redis-cluster only (a Cluster's replicas), found type %q%s", or(s.Type, "memory"), r.overridden())
+	if s.ReadFromReplicas && s.Type != "redis-cluster" && s.Type != "redis-sentinel" {
+		r.errorf(line("read_from_replicas"), "store.read_from_replicas", "applies to types redis-cluster and redis-sentinel only (the masters' replicas), found type %q%s", or(s.Type, "memory"), r.overridden())
 	}
 	for _, f := range []struct{ k, v string }{{"sentinel_username", s.SentinelUsername}, {"sentinel_password", s.SentinelPassword}} {
 		if f.v != "" && s.Type != "redis-sentinel" {

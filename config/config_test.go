@@ -356,7 +356,7 @@ store:
   url: redis://cache:6379
   read_from_replicas: true
 `, []string{
-			`f.yaml:3: store.read_from_replicas: applies to type redis-cluster only (a Cluster's replicas), found type "redis"`,
+			`f.yaml:3: store.read_from_replicas: applies to types redis-cluster and redis-sentinel only (the masters' replicas), found type "redis"`,
 		}},
 		{"store: counters without the service's clock", `
 store:
@@ -1132,7 +1132,10 @@ func TestStoreOverride(t *testing.T) {
 		{"TLS settings with --redis-cluster rediss://", tlsFile, &StoreOverride{Type: "redis-cluster", Addrs: []string{"rediss://127.0.0.1:7000"}}, ""},
 		{"TLS settings with --redis redis://", tlsFile, &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6380"}, "f.yaml:5: store.tls: settings without TLS"},
 		{"replicas with --redis-cluster", "store:\n  type: redis\n  url: redis://r:6379\n  read_from_replicas: true\n", &StoreOverride{Type: "redis-cluster", Addrs: []string{"127.0.0.1:7000"}}, ""},
-		{"replicas with --redis", "store:\n  read_from_replicas: true\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6379"}, `f.yaml:4: store.read_from_replicas: applies to type redis-cluster only (a Cluster's replicas), found type "redis"`},
+		{"replicas with --redis", "store:\n  read_from_replicas: true\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6379"}, `f.yaml:4: store.read_from_replicas: applies to types redis-cluster and redis-sentinel only (the masters' replicas), found type "redis"`},
+		{"replicas with --redis-sentinel", "store:\n  read_from_replicas: true\n", &StoreOverride{Type: "redis-sentinel", Master: "m", Addrs: []string{"127.0.0.1:26379"}}, ""},
+		{"replicas of a file's sentinels", "store:\n  type: redis-sentinel\n  master: m\n  addrs: [127.0.0.1:26379]\n  read_from_replicas: true\n", nil, ""},
+		{"replicas of memory", "store:\n  type: memory\n  read_from_replicas: true\n", nil, `f.yaml:5: store.read_from_replicas: applies to types redis-cluster and redis-sentinel only (the masters' replicas), found type "memory"`},
 		{"no store section with --redis-cluster", "", &StoreOverride{Type: "redis-cluster", Addrs: []string{"127.0.0.1:7000"}}, ""},
 		{"the flag named", "store:\n  read_from_replicas: true\n", &StoreOverride{From: "FLOODGATE_REDIS_URL", Type: "redis", URL: "redis://127.0.0.1:6379"}, `found type "redis" (the store is FLOODGATE_REDIS_URL's, not the file's)`},
 		{"max_keys of memory with --redis", "store:\n  type: memory\n  max_keys: 1000\n", &StoreOverride{Type: "redis", URL: "redis://127.0.0.1:6379"}, ""},

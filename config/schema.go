@@ -62,7 +62,7 @@ var schema = []setting{
 			value: func(c *Config) string { return strconv.FormatBool(c.Store.Batching) }},
 		{key: "over_limit_cache", doc: "answer keys already over a fixed window's limit locally until the window ends",
 			value: func(c *Config) string { return strconv.FormatBool(c.Store.OverLimitCache) }},
-		{key: "read_from_replicas", doc: "redis-cluster: send peeks (read-only FCALL_RO) to the replicas, adds to the masters; a replica lags, so a peek may see a count from a moment ago",
+		{key: "read_from_replicas", doc: "redis-cluster, redis-sentinel: send peeks (read-only FCALL_RO) to the replicas too, adds to the masters; a replica lags, so a peek may see a count from a moment ago",
 			value: func(c *Config) string { return strconv.FormatBool(c.Store.ReadFromReplicas) }},
 		{key: "clock", doc: "Redis: whose clock times decisions: redis (each call reads the server's TIME) or service (this process's, sent with each call: a cheaper call; keep the replicas' clocks in step with NTP). The memory store always uses the service's",
 			value: func(c *Config) string { return or(c.Store.Clock, "redis") }},

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ func TestReadFromReplicas(t *testing.T) {
 		t.Skip("starts a 6-node Redis Cluster")
 	}
 	code, msg := refused(t, nil, "--redis", "redis://127.0.0.1:1", "--redis-read-from-replicas")
-	if code == 0 || !strings.Contains(msg, "--redis-read-from-replicas") || !strings.Contains(msg, "Redis Cluster") {
+	if code == 0 || !strings.Contains(msg, "--redis-read-from-replicas") || !strings.Contains(msg, "Redis Cluster") || !strings.Contains(msg, "Sentinel") {
 		t.Errorf("--redis-read-from-replicas with --redis: exit %d, %q; want a refusal naming the flag", code, msg)
 	}
 
@@ -82,5 +83,71 @@ func TestReadFromReplicas(t *testing.T) {
 	}
 	if writesOnReplicas != 0 {
 		t.Errorf("%d adds reached a replica", writesOnReplicas)
+	}
+}
+
+// TestReadFromSentinelReplicas: serve --redis-read-from-replicas behind
+// Sentinel sends peeks to the master's replica too and every add to the
+// master, and still decides an atomic batch over keys on different slots
+// (one master holds them all).
+func TestReadFromSentinelReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis Sentinel")
+	}
+	sn := redistest.StartSentinel(t)
+	conf := writeFile(t, "floodgate.yaml", "policies:\n  api: \"fixed_window 1000/1h align first\"\n")
+	s := startServe(t, nil, "--config", conf, "--redis-sentinel", sn.MasterName+"@"+strings.Join(sn.Addrs, ","), "--redis-read-from-replicas")
+
+	calls := func(n *redistest.Server, cmd string) int64 { return n.Calls(t, cmd) }
+	post := func(path, body string) (int, string) {
+		t.Helper()
+		res, err := http.Post("http://"+s.http+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	keys := make([]string, 10)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user%d", i)
+		if c, body := post("/v1/check", `{"policy":"api","key":"`+keys[i]+`"}`); c != http.StatusOK {
+			t.Fatalf("check %s: %d %s", keys[i], c, body)
+		}
+	}
+	if c, body := post("/v1/check", `{"atomic":true,"requests":[{"policy":"api","key":"a"},{"policy":"api","key":"b"}]}`); c != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
+		t.Errorf("an atomic batch over two slots: %d %s; want both allowed", c, body)
+	}
+	// The replica gets the function library from the master: wait for it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		libs, err := sn.Replica.Do(t, "FUNCTION", "LIST")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(libs.([]any)) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s has no function library after 30 s", sn.Replica.Addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 4 {
+		for _, k := range keys {
+			if c, body := post("/v1/peek", `{"policy":"api","key":"`+k+`"}`); c != http.StatusOK {
+				t.Fatalf("peek %s: %d %s", k, c, body)
+			}
+		}
+	}
+	t.Logf("master: fcall %d, fcall_ro %d; replica: fcall %d, fcall_ro %d", calls(sn.Master, "fcall"), calls(sn.Master, "fcall_ro"), calls(sn.Replica, "fcall"), calls(sn.Replica, "fcall_ro"))
+	// 40 peeks, each to the master or the replica at random: none on the
+	// replica has probability 2^-40.
+	if calls(sn.Replica, "fcall_ro") == 0 {
+		t.Error("no peek reached the replica")
+	}
+	if n := calls(sn.Replica, "fcall"); n != 0 {
+		t.Errorf("%d adds reached the replica", n)
 	}
 }

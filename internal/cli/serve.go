@@ -86,7 +86,7 @@ func (e *environ) serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.redisURL, "redis", "", "Redis `URL`: redis://[user:password@]host:port[/db], rediss:// for TLS")
 	fs.StringVar(&f.redisCluster, "redis-cluster", "", "Redis Cluster seed `nodes`, comma separated host:port (rediss://host:port for TLS)")
 	fs.StringVar(&f.redisSentinel, "redis-sentinel", "", "Redis Sentinel: `MASTER@host:port,host:port` (the sentinels; rediss://host:port for TLS; a password of their own: FLOODGATE_REDIS_SENTINEL_PASSWORD)")
-	fs.BoolVar(&f.readReplicas, "redis-read-from-replicas", false, "with a Redis Cluster: send peeks (read-only) to the replicas too, adds to the masters; a replica lags,\nso a peek may see a count from a moment ago (store.read_from_replicas)")
+	fs.BoolVar(&f.readReplicas, "redis-read-from-replicas", false, "with a Redis Cluster or Sentinel: send peeks (read-only) to the replicas too, adds to the masters; a\nreplica lags, so a peek may see a count from a moment ago (store.read_from_replicas)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.DurationVar(&f.watch, "watch", 2*time.Second, "how often to look for changed configuration files (0: only on SIGHUP)")
@@ -203,8 +203,8 @@ func (e *environ) loadConfig(path string, f serveFlags) (*config.Config, error) 
 		cfg.Listen.GRPC = v
 	}
 	if f.readReplicas {
-		if cfg.Store.Type != "redis-cluster" {
-			return nil, fmt.Errorf("floodgate: --redis-read-from-replicas: applies to a Redis Cluster (--redis-cluster or store.type redis-cluster), found store type %q", cmp.Or(cfg.Store.Type, "memory"))
+		if cfg.Store.Type != "redis-cluster" && cfg.Store.Type != "redis-sentinel" {
+			return nil, fmt.Errorf("floodgate: --redis-read-from-replicas: applies to a Redis Cluster (--redis-cluster or store.type redis-cluster) or to Sentinel (--redis-sentinel or store.type redis-sentinel), whose replicas it reads; found store type %q", cmp.Or(cfg.Store.Type, "memory"))
 		}
 		cfg.Store.ReadFromReplicas = true
 	}

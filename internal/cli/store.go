@@ -85,6 +85,11 @@ func openStore(cfg *config.Config) (*openedStore, error) {
 	if s.Counters {
 		opts = append(opts, redisstore.WithCounters())
 	}
+	if s.Type == "redis-sentinel" {
+		// With replica reads the client is a cluster client over the one
+		// master and its replicas (redisClient).
+		opts = append(opts, redisstore.WithOneMaster())
+	}
 	rs, err := redisstore.New(client, opts...)
 	if err != nil {
 		client.Close()
@@ -188,6 +193,14 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, *redis.FailoverOpti
 			TLSConfig: tlsConfig} // to the sentinels and to the master they name
 		timeouts(&o.DialTimeout, &o.ReadTimeout)
 		o.WriteTimeout = o.ReadTimeout
+		if s.ReadFromReplicas {
+			// Read-only commands (peeks: FCALL_RO) to the master or a
+			// replica the sentinels name, at random; adds to the master.
+			// go-redis builds a cluster client with one slot range over
+			// them, which redisstore.WithOneMaster tells the store.
+			o.RouteRandomly = true
+			return redis.NewFailoverClusterClient(o), o, nil
+		}
 		return redis.NewFailoverClient(o), o, nil
 	}
 	return nil, nil, fmt.Errorf("store type %q", s.Type)

@@ -245,8 +245,8 @@ func WithHashedKeys(secret []byte) Option {
 // TakeBatch joins decisions whatever their slots, Ping checks that the
 // master takes writes, Sharded reports false and Node "". Given with a
 // Redis Cluster's client, whose servers refuse a call over two slots
-// (CROSSSLOT), it makes groups and joined batches fail: leave it out
-// there. With a client that is not a *redis.ClusterClient it changes
+// (CROSSSLOT), it would make groups and joined batches fail: Preload
+// refuses it when the slots are on several masters. With a client that is not a *redis.ClusterClient it changes
 // nothing.
 func WithOneMaster() Option {
 	return func(s *Store) error {
@@ -294,8 +294,19 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // functions, every script on every node, so that pipelined batches find
 // them. Decisions load what is missing themselves (on "Function not
 // found" or NOSCRIPT, which mean the call did not run), so Preload is an
-// optimisation and a readiness check.
+// optimisation and a readiness check. With WithOneMaster it also checks
+// that the client's slots are on one master: over several (a Redis
+// Cluster's client) it returns an error naming how many.
 func (s *Store) Preload(ctx context.Context) error {
+	if s.oneMaster && s.cluster != nil {
+		ms, err := s.b.masters(ctx)
+		if err != nil {
+			return unavailable("reading the masters", err)
+		}
+		if len(ms) > 1 {
+			return fmt.Errorf("redisstore: WithOneMaster, but the client's slots are on %d masters (a Redis Cluster's client, whose servers refuse a call over two slots): leave WithOneMaster out", len(ms))
+		}
+	}
 	if !s.scriptsOnly.Load() {
 		err := s.b.loadLibrary(ctx, library.src)
 		if err == nil {

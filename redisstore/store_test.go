@@ -601,6 +601,14 @@ func TestReplicas(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
 	t.Run("PreloadEveryNode", func(t *testing.T) { testPreloadEveryNode(t, cl) })
 	t.Run("PeekOnReplica", func(t *testing.T) { testPeekOnReplica(t, cl) })
+	t.Run("OneMasterRefused", func(t *testing.T) {
+		// WithOneMaster is for a Sentinel's cluster client, over one
+		// master: a Cluster's, over three, is refused.
+		err := newStore(t, clusterClient(t, cl), redisstore.WithOneMaster()).Preload(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "on 3 masters") || !strings.Contains(err.Error(), "WithOneMaster") {
+			t.Errorf("Preload with WithOneMaster on a Cluster of 3 masters: %v; want a refusal naming WithOneMaster and the 3 masters", err)
+		}
+	})
 }
 
 // testPreloadEveryNode: Preload puts the function library on every

@@ -15,8 +15,9 @@ import (
 // (NOPERM), a database number the server does not have, a command the
 // server does not know (a proxy or an old server), a cluster client
 // pointed at a server without cluster mode or a plain client pointed at a
-// cluster node (MOVED), an address that cannot be dialed as written, and a
-// TLS certificate that does not verify. Connection refused, timeouts, a
+// cluster node (MOVED), WithOneMaster with a client over several masters,
+// an address that cannot be dialed as written, and a TLS certificate that
+// does not verify. Connection refused, timeouts, a
 // server still loading its data, are not: they may pass.
 func Misconfigured(err error) bool {
 	if err == nil {
@@ -27,6 +28,9 @@ func Misconfigured(err error) bool {
 	var hne x509.HostnameError
 	var cie x509.CertificateInvalidError
 	if errors.As(err, &cve) || errors.As(err, &uae) || errors.As(err, &hne) || errors.As(err, &cie) {
+		return true
+	}
+	if errors.Is(err, errNotOneMaster) {
 		return true
 	}
 	var ae *net.AddrError

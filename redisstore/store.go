@@ -53,9 +53,9 @@
 // (ClusterOptions.ReadOnly, with RouteRandomly or RouteByLatency if
 // wanted; for Sentinel, FailoverOptions.ReplicaOnly or RouteRandomly with
 // NewFailoverClusterClient, given to New with WithOneMaster) then sends
-// peeks to replicas and adds to the masters. A replica lags its master: a peek served by one may see a count
-// from a moment ago, so it can answer "allowed" where the master would
-// deny, or report more remaining. Adds are never affected. On the script
+// peeks to replicas and adds to the masters. A replica lags its master: a
+// peek served by one may see a count from a moment ago, so it can answer
+// "allowed" where the master would deny, or report more remaining. Adds are never affected. On the script
 // path peeks go to the masters. So does a TakeBatch that adds as well as
 // peeks (go-redis sends a pipeline holding a write to the masters); one of
 // peeks alone goes to the replicas.
@@ -255,6 +255,10 @@ func WithOneMaster() Option {
 	}
 }
 
+// errNotOneMaster is wrapped by Preload's error when WithOneMaster was
+// given a client over several masters: a misconfiguration (Misconfigured).
+var errNotOneMaster = errors.New("the slots are on several masters")
+
 // New returns a Store deciding through client, which may be a
 // *redis.Client (standalone, or Sentinel via redis.NewFailoverClient) or a
 // *redis.ClusterClient: a Redis Cluster's, or one master's with its
@@ -304,7 +308,7 @@ func (s *Store) Preload(ctx context.Context) error {
 			return unavailable("reading the masters", err)
 		}
 		if len(ms) > 1 {
-			return fmt.Errorf("redisstore: WithOneMaster, but the client's slots are on %d masters (a Redis Cluster's client, whose servers refuse a call over two slots): leave WithOneMaster out", len(ms))
+			return fmt.Errorf("redisstore: WithOneMaster, but the client's slots are on %d masters (a Redis Cluster's client, whose servers refuse a call over two slots): leave WithOneMaster out: %w", len(ms), errNotOneMaster)
 		}
 	}
 	if !s.scriptsOnly.Load() {

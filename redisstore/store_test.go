@@ -608,6 +608,9 @@ func TestReplicas(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "on 3 masters") || !strings.Contains(err.Error(), "WithOneMaster") {
 			t.Errorf("Preload with WithOneMaster on a Cluster of 3 masters: %v; want a refusal naming WithOneMaster and the 3 masters", err)
 		}
+		if !redisstore.Misconfigured(err) {
+			t.Errorf("Misconfigured(%v) = false: no retry mends it", err)
+		}
 	})
 }
 

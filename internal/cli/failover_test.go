@@ -357,7 +357,9 @@ func (l *failoverLoad) showFailures() {
 // replica, three sentinels with down-after-milliseconds 1000): every key
 // lives on the one master, and is decided by Redis again after the
 // sentinels name the new master; also when the servers and the sentinels
-// each ask for a password of their own, and with peeks read from replicas.
+// each ask for a password of their own, and with replica reads on (go-redis's
+// cluster client over the master and its replica, which must find the new
+// master too; the load adds only).
 func TestSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis Sentinel and kills the master")
@@ -370,8 +372,6 @@ func TestSentinelFailover(t *testing.T) {
 		{"no passwords", nil, ""},
 		{"passwords", []redistest.SentinelOption{redistest.WithMasterAuth("", "master-secret"), redistest.WithSentinelAuth("", "sentinel-secret")},
 			"  password: master-secret\n  sentinel_password: sentinel-secret\n"},
-		// go-redis's cluster client over the master and its replica,
-		// which must find the new master as well.
 		{"replica reads", nil, "  read_from_replicas: true\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) { sentinelFailover(t, c.store, c.opts...) })

@@ -89,14 +89,35 @@ func TestReadFromReplicas(t *testing.T) {
 // TestReadFromSentinelReplicas: serve --redis-read-from-replicas behind
 // Sentinel sends peeks to the master's replica too and every add to the
 // master, and still decides an atomic batch over keys on different slots
-// (one master holds them all).
+// (one master holds them all); also over TLS, where the sentinels name
+// loopback addresses, which go-redis's cluster client keeps without their
+// host.
 func TestReadFromSentinelReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis Sentinel")
 	}
-	sn := redistest.StartSentinel(t)
-	conf := writeFile(t, "floodgate.yaml", "policies:\n  api: \"fixed_window 1000/1h align first\"\n")
-	s := startServe(t, nil, "--config", conf, "--redis-sentinel", sn.MasterName+"@"+strings.Join(sn.Addrs, ","), "--redis-read-from-replicas")
+	const policies = "policies:\n  api: \"fixed_window 1000/1h align first\"\n"
+	t.Run("plain", func(t *testing.T) {
+		sn := redistest.StartSentinel(t)
+		conf := writeFile(t, "floodgate.yaml", policies)
+		sentinelReplicaReads(t, sn, "--config", conf, "--redis-sentinel", sn.MasterName+"@"+strings.Join(sn.Addrs, ","))
+	})
+	t.Run("TLS", func(t *testing.T) {
+		certs := redistest.NewCerts(t)
+		sn := redistest.StartSentinel(t, redistest.WithSentinelTLS(certs))
+		conf := writeFile(t, "floodgate.yaml", policies+"store:\n  tls: {ca_file: "+certs.CAFile+"}\n")
+		var addrs []string
+		for _, a := range sn.TLSAddrs {
+			addrs = append(addrs, "rediss://"+a)
+		}
+		sentinelReplicaReads(t, sn, "--config", conf, "--redis-sentinel", sn.MasterName+"@"+strings.Join(addrs, ","))
+	})
+}
+
+// sentinelReplicaReads is a case of TestReadFromSentinelReplicas: serve
+// started with args and --redis-read-from-replicas.
+func sentinelReplicaReads(t *testing.T, sn *redistest.Sentinel, args ...string) {
+	s := startServe(t, nil, append(args, "--redis-read-from-replicas")...)
 
 	calls := func(n *redistest.Server, cmd string) int64 { return n.Calls(t, cmd) }
 	post := func(path, body string) (int, string) {
@@ -116,6 +137,7 @@ func TestReadFromSentinelReplicas(t *testing.T) {
 			t.Fatalf("check %s: %d %s", keys[i], c, body)
 		}
 	}
+	// Keys "a" and "b" are on slots 15495 and 3300 (their hash tags).
 	if c, body := post("/v1/check", `{"atomic":true,"requests":[{"policy":"api","key":"a"},{"policy":"api","key":"b"}]}`); c != http.StatusOK || !strings.Contains(body, `"allowed":true`) {
 		t.Errorf("an atomic batch over two slots: %d %s; want both allowed", c, body)
 	}

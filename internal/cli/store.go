@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -197,13 +198,32 @@ func redisClient(cfg *config.Config) (redis.UniversalClient, *redis.FailoverOpti
 			// Read-only commands (peeks: FCALL_RO) to the master or a
 			// replica the sentinels name, at random; adds to the master.
 			// go-redis builds a cluster client with one slot range over
-			// them, which redisstore.WithOneMaster tells the store.
+			// them, which redisstore.WithOneMaster tells the store. Its
+			// pool would be 5 connections a CPU, not a server client's 10
+			// (the size overload.max_inflight takes without batching).
 			o.RouteRandomly = true
+			o.PoolSize = 10 * runtime.GOMAXPROCS(0)
+			o.Dialer = loopbackDialer(o.DialTimeout, tlsConfig)
 			return redis.NewFailoverClusterClient(o), o, nil
 		}
 		return redis.NewFailoverClient(o), o, nil
 	}
 	return nil, nil, fmt.Errorf("store type %q", s.Type)
+}
+
+// loopbackDialer dials as go-redis does (redis.NewDialer), but dials an
+// address without a host (":6379") at 127.0.0.1. go-redis's cluster
+// client over a Sentinel master and its replicas writes the loopback
+// addresses the sentinels name so (it takes them for a Cluster's nodes
+// seen from another host), and a TLS dial cannot verify an empty host.
+func loopbackDialer(timeout time.Duration, tlsConfig *tls.Config) func(context.Context, string, string) (net.Conn, error) {
+	dial := redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: tlsConfig})
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+		return dial(ctx, network, addr)
+	}
 }
 
 // errStoreMisconfigured is wrapped by probeStore's error when no retry can

@@ -64,6 +64,9 @@ func (e *environ) check(args []string) int {
 	if cfg.Store.UsesTLS() {
 		fmt.Fprint(w, ", TLS")
 	}
+	if cfg.Store.ReadFromReplicas {
+		fmt.Fprint(w, ", peeks from the replicas too")
+	}
 	fmt.Fprintf(w, ", timeout %s, failure mode %s\n", cfg.Store.Timeout, cfg.Failure.Mode)
 	fmt.Fprintf(w, "listen: http %s (TLS %s), grpc %s (TLS %s), at most %d connections each\n",
 		cfg.Listen.HTTP, cfg.Listen.HTTPTLS, cfg.Listen.GRPC, cfg.Listen.GRPCTLS, cfg.Bounds.MaxConnections)

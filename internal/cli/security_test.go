@@ -529,6 +529,11 @@ func TestCheckSecurity(t *testing.T) {
 	if code, out, errOut := run(t, sentinels, "check"); code != 0 || !strings.Contains(out, "store: redis-sentinel (m@127.0.0.1:26379), the sentinels' password set,") || strings.Contains(out+errOut, "sentinel-secret") {
 		t.Errorf("check with FLOODGATE_REDIS_SENTINEL_PASSWORD: exit %d, %q %q; want 0 and the password said set, not shown", code, out, errOut)
 	}
+	// Peeks from the replicas, set in the file for the variable's store.
+	replicas := map[string]string{cli.EnvConfig: writeFile(t, "f.yaml", "store:\n  read_from_replicas: true\n"), cli.EnvRedisSentinel: "m@127.0.0.1:26379"}
+	if code, out, errOut := run(t, replicas, "check"); code != 0 || !strings.Contains(out, "store: redis-sentinel (m@127.0.0.1:26379), peeks from the replicas too,") {
+		t.Errorf("check with store.read_from_replicas behind FLOODGATE_REDIS_SENTINEL: exit %d, %q %q; want 0 and the replica reads said", code, out, errOut)
+	}
 	f := newTLSFiles(t)
 	conf := writeFile(t, "f.yaml", fmt.Sprintf("admin:\n  allow_loopback: true\nlisten:\n  grpc_tls: {cert: %s, key: %s, client_ca: %s}\n", f.cert, f.key, f.caFile))
 	code, out, errOut := run(t, nil, "check", conf)

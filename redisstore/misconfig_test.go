@@ -45,12 +45,9 @@ func TestMisconfigured(t *testing.T) {
 	if _, err := srv.Do(t, "ACL", "SETUSER", "clock-only", "on", ">clock-only-pw", "~*", "+time", "+ping", "+hello", "+auth", "+client"); err != nil {
 		t.Fatal(err)
 	}
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := free.Addr().String()
-	free.Close()
+	// Refused for the whole test: a port freed at once could be taken
+	// by a parallel test's server, which would answer or hang.
+	refused := redistest.RefusedAddr(t)
 	for _, c := range []struct {
 		name      string
 		opts      func(o *redis.Options)
@@ -88,7 +85,7 @@ func TestMisconfigured(t *testing.T) {
 	}
 	fo := base()
 	fo.Addr, fo.Username, fo.Password = full.Addr, "", ""
-	err = ping(fo)
+	err := ping(fo)
 	if redisstore.WritesRefused(err) != "OOM" || redisstore.Misconfigured(err) || redisstore.ReadOnlyReplica(err) {
 		t.Errorf("at a full server: %v; WritesRefused %q, Misconfigured %v, ReadOnlyReplica %v; want OOM, false, false",
 			err, redisstore.WritesRefused(err), redisstore.Misconfigured(err), redisstore.ReadOnlyReplica(err))

@@ -92,12 +92,9 @@ func TestStoreMisconfiguration(t *testing.T) {
 	}
 	host, port, _ := net.SplitHostPort(srv.Addr)
 	good := fmt.Sprintf("redis://floodgate:right-password@%s", srv.Addr)
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := free.Addr().String()
-	free.Close()
+	// Refused for the whole test: a port freed at once could be taken
+	// by a parallel test's server, which would answer or hang.
+	refused := redistest.RefusedAddr(t)
 	cfgWithURL := func(url string) string {
 		return writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore: {url: \""+url+"\"}\n")
 	}
@@ -478,11 +475,16 @@ func refusedAtStart(t *testing.T, listen []string, addr, wait string, wants ...s
 // degradedUntilMended starts serve --start-degraded at a Redis that
 // refuses writes: /readyz must answer 503 naming reply (the refusal's
 // code) and the log hold logLine; once mend has run, /readyz must answer
-// 200 within 30 s, and a check be decided by the store.
+// 200 within 30 s, and a check be decided by the store. The store's
+// timeout is 2 s (20 s for /readyz's check), not the default 50 ms: a
+// server loading its dataset, or a loaded machine, may take longer to
+// answer than that, which would say "timeout" where the test looks for
+// the server's reply, or degrade the check.
 func degradedUntilMended(t *testing.T, listen []string, addr, reply, logLine string, mend func()) {
 	t.Helper()
+	conf := writeConfig(t, "policies: {api: \"gcra 10/1s\"}\nstore: {timeout: 2s}\n")
 	s := start(t, cleanEnv(), append(append([]string{"serve"}, listen...),
-		"--redis", "redis://"+addr, "--store-wait", "500ms", "--start-degraded")...)
+		"--config", conf, "--redis", "redis://"+addr, "--store-wait", "500ms", "--start-degraded")...)
 	defer s.stop()
 	if code, body := get(t, s.http, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, reply) {
 		t.Errorf("/readyz: %d %s; want 503 naming %s", code, body, reply)

@@ -24,7 +24,10 @@ func TestReadFromReplicas(t *testing.T) {
 	}
 
 	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
-	conf := writeFile(t, "floodgate.yaml", "policies:\n  api: \"fixed_window 1000/1h align first\"\n")
+	// A store timeout of a minute: a peek cut on a loaded machine would
+	// make go-redis leave its node out of reads for 15 s
+	// (FailingTimeoutSeconds), and the replicas might get none.
+	conf := writeFile(t, "floodgate.yaml", "policies:\n  api: \"fixed_window 1000/1h align first\"\nstore:\n  timeout: 1m\n")
 	s := startServe(t, nil, "--config", conf, "--redis-cluster", strings.Join(cl.Addrs, ","), "--redis-read-from-replicas")
 
 	calls := func(n *redistest.Server, cmd string) int64 { return n.Calls(t, cmd) }
@@ -34,7 +37,11 @@ func TestReadFromReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
+		if strings.Contains(string(b), `"degraded":true`) {
+			t.Errorf("%s %s: a degraded answer (a store call failed): %s", path, key, b)
+		}
 		return res.StatusCode
 	}
 	keys := make([]string, 30) // on every master
@@ -96,7 +103,8 @@ func TestReadFromSentinelReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis Sentinel")
 	}
-	const policies = "policies:\n  api: \"fixed_window 1000/1h align first\"\n"
+	// A store timeout of a minute, as in TestReadFromReplicas.
+	const policies = "policies:\n  api: \"fixed_window 1000/1h align first\"\nstore:\n  timeout: 1m\n"
 	t.Run("plain", func(t *testing.T) {
 		sn := redistest.StartSentinel(t)
 		conf := writeFile(t, "floodgate.yaml", policies)
@@ -105,7 +113,7 @@ func TestReadFromSentinelReplicas(t *testing.T) {
 	t.Run("TLS", func(t *testing.T) {
 		certs := redistest.NewCerts(t)
 		sn := redistest.StartSentinel(t, redistest.WithSentinelTLS(certs))
-		conf := writeFile(t, "floodgate.yaml", policies+"store:\n  tls: {ca_file: "+certs.CAFile+"}\n")
+		conf := writeFile(t, "floodgate.yaml", policies+"  tls: {ca_file: "+certs.CAFile+"}\n")
 		var addrs []string
 		for _, a := range sn.TLSAddrs {
 			addrs = append(addrs, "rediss://"+a)
@@ -128,6 +136,9 @@ func sentinelReplicaReads(t *testing.T, sn *redistest.Sentinel, args ...string) 
 		}
 		defer res.Body.Close()
 		b, _ := io.ReadAll(res.Body)
+		if strings.Contains(string(b), `"degraded":true`) {
+			t.Errorf("%s %s: a degraded answer (a store call failed): %s", path, body, b)
+		}
 		return res.StatusCode, string(b)
 	}
 	keys := make([]string, 10)

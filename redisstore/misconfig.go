@@ -17,8 +17,8 @@ import (
 // pointed at a server without cluster mode or a plain client pointed at a
 // cluster node (MOVED), WithOneMaster with a client over several masters,
 // an address that cannot be dialed as written, and a TLS certificate that
-// does not verify. Connection refused, timeouts, a
-// server still loading its data, are not: they may pass.
+// does not verify. Connection refused, timeouts, a server still loading
+// its data, are not: they may pass.
 func Misconfigured(err error) bool {
 	if err == nil {
 		return false

@@ -55,10 +55,11 @@
 // NewFailoverClusterClient, given to New with WithOneMaster) then sends
 // peeks to replicas and adds to the masters. A replica lags its master: a
 // peek served by one may see a count from a moment ago, so it can answer
-// "allowed" where the master would deny, or report more remaining. Adds are never affected. On the script
-// path peeks go to the masters. So does a TakeBatch that adds as well as
-// peeks (go-redis sends a pipeline holding a write to the masters); one of
-// peeks alone goes to the replicas.
+// "allowed" where the master would deny, or report more remaining. Adds
+// are never affected. On the script path peeks go to the masters. So does
+// a TakeBatch that adds as well as peeks (go-redis sends a pipeline
+// holding a write to the masters); one of peeks alone goes to the
+// replicas.
 //
 // # Retries
 //
@@ -246,8 +247,8 @@ func WithHashedKeys(secret []byte) Option {
 // master takes writes, Sharded reports false and Node "". Given with a
 // Redis Cluster's client, whose servers refuse a call over two slots
 // (CROSSSLOT), it would make groups and joined batches fail: Preload
-// refuses it when the slots are on several masters. With a client that is not a *redis.ClusterClient it changes
-// nothing.
+// refuses it when the slots are on several masters. With a client that
+// is not a *redis.ClusterClient it changes nothing.
 func WithOneMaster() Option {
 	return func(s *Store) error {
 		s.oneMaster = true

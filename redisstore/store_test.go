@@ -236,6 +236,26 @@ func TestSentinel(t *testing.T) {
 	}
 }
 
+// peekCaughtUp peeks key under p (1 asked) until the peek reports want
+// remaining, for up to 30 s while a replica catches up with its master,
+// and fails t unless the last peek is allowed with want remaining.
+func peekCaughtUp(t *testing.T, s *redisstore.Store, p *floodgate.Policy, key string, want int64) {
+	t.Helper()
+	var d floodgate.Decision
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if d, err = s.Take(context.Background(), floodgate.Request{Policy: p, Key: key, N: 1, Peek: true}); err != nil {
+			t.Fatal(err)
+		}
+		if d.Remaining == want || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !d.Allowed || d.Remaining != want {
+		t.Errorf("peek of %s: %v, want allowed with %d remaining once the replica caught up", key, d, want)
+	}
+}
+
 // TestSentinelReplicas: through go-redis's NewFailoverClusterClient, with
 // WithOneMaster, a Sentinel master decides as one server does: random
 // decisions agree with memstore's (groups over any keys), a TakeBatch over
@@ -307,21 +327,7 @@ func TestSentinelReplicas(t *testing.T) {
 	}
 
 	for _, k := range keys {
-		var d floodgate.Decision
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var err error
-			if d, err = s.Take(ctx, floodgate.Request{Policy: &p, Key: k, N: 1, Peek: true}); err != nil {
-				t.Fatal(err)
-			}
-			if d.Remaining == 95 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !d.Allowed || d.Remaining != 95 { // 4 added, 1 more asked
-			t.Errorf("peek of %s: %v, want allowed with 95 remaining once the replica caught up", k, d)
-		}
+		peekCaughtUp(t, s, &p, k, 95) // 4 added, 1 more asked
 	}
 	if n := calls(st.Replica, "fcall_ro") - replicaRO; n < int64(len(keys)) {
 		t.Errorf("%d FCALL_RO on the replica for %d peeks", n, len(keys))
@@ -759,21 +765,7 @@ func testPeekOnReplica(t *testing.T, cl *redistest.Cluster) {
 		}
 	}
 	for _, key := range keys {
-		var d floodgate.Decision
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var err error
-			if d, err = s.Take(ctx, floodgate.Request{Policy: &p, Key: key, N: 1, Peek: true}); err != nil {
-				t.Fatal(err)
-			}
-			if d.Remaining == 96 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !d.Allowed || d.Remaining != 96 {
-			t.Errorf("peek of %s: %v, want allowed with 96 remaining once the replica caught up", key, d)
-		}
+		peekCaughtUp(t, s, &p, key, 96)
 	}
 	calls := func(n *redistest.Server, cmd string) int64 { return n.Calls(t, cmd) }
 	// A TakeBatch of peeks alone goes to the replicas too; one that adds
